@@ -1,0 +1,92 @@
+"""This memory's Ed25519 identity, made on first use and kept private.
+
+The key file holds the 32-byte seed as hex on one line.  It is created with mode
+0600 and published into place with ``link`` so that two processes starting at
+once agree on one key.  Like ssh with a private key, we refuse to use a key file
+that group or others can read: a leaked key lets anyone sign lessons and
+revocations in this memory's name.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import nacl.signing
+
+from neverest.paths import KEY_FILE, ensure_home
+from neverest.records import origin_of
+
+
+class IdentityError(Exception):
+    """The key file exists but cannot be used; the message says what the owner should fix."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    signing_key: nacl.signing.SigningKey
+    path: Path
+
+    @property
+    def public_key(self) -> bytes:
+        return bytes(self.signing_key.verify_key)
+
+    @property
+    def key(self) -> str:
+        return self.public_key.hex()
+
+    @property
+    def origin(self) -> str:
+        return origin_of(self.public_key)
+
+    @classmethod
+    def from_seed(cls, seed: bytes, path: Path | None = None) -> Identity:
+        return cls(nacl.signing.SigningKey(seed), path or Path(os.devnull))
+
+
+def _read_key(path: Path) -> Identity:
+    st = path.stat()
+    if st.st_mode & 0o077:
+        raise IdentityError(
+            f"key file {path} is accessible by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"it must be private to its owner: run `chmod 600 {path}`"
+        )
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise IdentityError(f"key file {path} belongs to uid {st.st_uid}, not to this user")
+    text = path.read_text(encoding="ascii", errors="replace").strip()
+    try:
+        seed = bytes.fromhex(text)
+    except ValueError:
+        seed = b""
+    if len(seed) != 32:
+        raise IdentityError(f"key file {path} does not hold a 64-hex-digit Ed25519 seed")
+    return Identity(nacl.signing.SigningKey(seed), path)
+
+
+def load_or_create(home: Path) -> Identity:
+    """This memory's identity, creating the key on first use."""
+    path = ensure_home(home) / KEY_FILE
+    if path.exists():
+        return _read_key(path)
+    seed = nacl.signing.SigningKey.generate().encode()
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, seed.hex().encode("ascii") + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # fails if another process made the key first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return _read_key(path)

@@ -1,0 +1,4 @@
+"""The peer table, zeroconf discovery, the directory, scoring.
+
+Built in issue 5; empty until then.
+"""

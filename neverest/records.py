@@ -1,0 +1,378 @@
+"""Wire records v1: build, sign, serialise, parse and verify.
+
+Three record types travel between memories (PROTOCOL.md §2):
+
+- a lesson:       v, hash, origin, key, kind, text, seen, strength, updated, sig
+- a confirmation: v, confirm, origin, key, at, sig
+- a revocation:   v, revoke, origin, key, at, sig
+
+plus the optional extension field ``seq`` (a per-origin counter) and any
+unknown fields, which readers keep and the signature still covers.
+
+A record travels as exactly one canonical serialisation: JSON with sorted keys,
+no spaces, UTF-8 without ASCII escaping, ``sig`` included.  The signature covers
+the same serialisation without ``sig``.  Because keys are sorted and there is no
+whitespace, removing the ``"sig":"…"`` member from the bytes received yields
+exactly the signed bytes, so a verifier *cuts* ``sig`` out of what it received
+and never re-serialises (DESIGN §3).  A re-spaced or re-ordered line therefore
+does not verify, and a relay that stores and forwards the received bytes can
+never break a signature.
+
+``parse`` runs the cheap checks first and the Ed25519 verification last, so a
+flood of malformed lines costs little.  Every refusal is a ``RecordError`` with
+a code from the closed set ``REASONS`` and a human message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import nacl.bindings
+import nacl.exceptions
+import nacl.signing
+
+from neverest.safety import imperative_reason
+
+WIRE_VERSION: Final = 1
+# One record, as received, without its line ending.  Lessons are short
+# observations (a sentence or two); 16 KiB leaves room for unknown extension
+# fields while bounding what one line can make a reader allocate.
+MAX_RECORD_BYTES: Final = 16 * 1024
+KINDS: Final = ("error", "correction", "surprise")
+
+RecordType = Literal["lesson", "confirm", "revoke"]
+
+# The closed set of refusal codes.  Programs rely on these strings: add, never rename.
+REASONS: Final = frozenset(
+    {
+        "too-large",  # over MAX_RECORD_BYTES
+        "bad-encoding",  # not valid UTF-8
+        "not-json",  # not parseable JSON (truncated, garbage, NaN/Infinity)
+        "too-deep",  # JSON nested beyond what the parser allows
+        "not-object",  # valid JSON, but not an object
+        "duplicate-key",  # an object with the same key twice
+        "bad-version",  # v missing or not 1
+        "bad-type",  # not exactly one of lesson, confirmation, revocation
+        "bad-field",  # a field missing or of the wrong type or shape
+        "bad-kind",  # lesson kind outside error/correction/surprise
+        "hash-mismatch",  # hash is not blake2b-128(kind + norm(text))
+        "origin-mismatch",  # origin is not the fingerprint of key
+        "bad-signature",  # no sig, or sig does not verify over the cut bytes
+        "imperative",  # the lesson text is an instruction (safety rule 1)
+    }
+)
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX128 = re.compile(r"[0-9a-f]{128}")
+_TYPE_FIELDS: Final = {"hash": "lesson", "confirm": "confirm", "revoke": "revoke"}
+
+
+class RecordError(ValueError):
+    """A record was refused.  ``code`` is one of ``REASONS``; the message says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        assert code in REASONS, code
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A verified record: the exact bytes received and the fields read from them."""
+
+    type: RecordType
+    raw: bytes  # the canonical line as received, without line ending
+    fields: Mapping[str, Any]
+    origin: str
+    key: str
+    target: str  # the lesson's own hash, or the hash a confirmation/revocation names
+    seq: int | None
+
+    @property
+    def hash(self) -> str:
+        return self.target
+
+    @property
+    def line(self) -> str:
+        return self.raw.decode("utf-8")
+
+
+# -- identity of lessons and memories ------------------------------------------------
+
+
+def norm(text: str) -> str:
+    """Lower-case and collapse every run of whitespace to one space (DESIGN §3)."""
+    return " ".join(text.lower().split())
+
+
+def lesson_hash(kind: str, text: str) -> str:
+    """BLAKE2b-128 over kind + norm(text), no separator: a lesson's identity across memories."""
+    return hashlib.blake2b((kind + norm(text)).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def origin_of(public_key: bytes) -> str:
+    """A memory's id: the first 8 bytes of SHA-256 of its raw Ed25519 public key, hex."""
+    return hashlib.sha256(public_key).digest()[:8].hex()
+
+
+def canonical(fields: Mapping[str, Any]) -> bytes:
+    """The one serialisation records are signed and sent in."""
+    return json.dumps(
+        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+# -- building ------------------------------------------------------------------------
+
+
+def _sign(signing_key: nacl.signing.SigningKey, fields: dict[str, Any]) -> Record:
+    """Sign ``fields`` and return the record exactly as a receiver will parse it."""
+    public = bytes(signing_key.verify_key)
+    fields = dict(fields, v=WIRE_VERSION, key=public.hex(), origin=origin_of(public))
+    fields.pop("sig", None)
+    try:
+        unsigned = canonical(fields)
+    except (UnicodeEncodeError, ValueError) as exc:
+        raise RecordError("bad-field", f"cannot serialise record: {exc}") from exc
+    fields["sig"] = signing_key.sign(unsigned).signature.hex()
+    raw = canonical(fields)
+    # Round-trip through the receiver's own checks, so that this memory never
+    # signs a record that others would refuse (an imperative, an oversize text...).
+    return parse(raw)
+
+
+def sign_lesson(
+    signing_key: nacl.signing.SigningKey,
+    *,
+    kind: str,
+    text: str,
+    seen: int,
+    strength: float,
+    updated: str,
+    seq: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Record:
+    """Build and sign a lesson record.  Raises RecordError if a receiver would refuse it."""
+    fields: dict[str, Any] = dict(extra or {})
+    fields.update(
+        hash=lesson_hash(kind, text), kind=kind, text=text, seen=seen, strength=strength,
+        updated=updated,
+    )
+    if seq is not None:
+        fields["seq"] = seq
+    return _sign(signing_key, fields)
+
+
+def sign_confirm(
+    signing_key: nacl.signing.SigningKey, target: str, *, at: str, seq: int | None = None
+) -> Record:
+    """Sign a confirmation: the lesson ``target`` came true in this memory's own sessions."""
+    fields: dict[str, Any] = {"confirm": target, "at": at}
+    if seq is not None:
+        fields["seq"] = seq
+    return _sign(signing_key, fields)
+
+
+def sign_revoke(
+    signing_key: nacl.signing.SigningKey, target: str, *, at: str, seq: int | None = None
+) -> Record:
+    """Sign a revocation: this origin withdraws its lesson ``target``."""
+    fields: dict[str, Any] = {"revoke": target, "at": at}
+    if seq is not None:
+        fields["seq"] = seq
+    return _sign(signing_key, fields)
+
+
+# -- parsing and verifying -----------------------------------------------------------
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateKey
+    return obj
+
+
+def _no_constants(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and neither do we.
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_object_pairs, parse_constant=_no_constants)
+
+
+def _load(raw: bytes) -> Any:
+    if len(raw) > MAX_RECORD_BYTES:
+        raise RecordError("too-large", f"record is {len(raw)} bytes; the limit is {MAX_RECORD_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError("bad-encoding", f"not UTF-8 at byte {exc.start}") from None
+    try:
+        return _decoder.decode(text)
+    except _DuplicateKey:
+        raise RecordError("duplicate-key", "an object has the same key twice") from None
+    except RecursionError:
+        raise RecordError("too-deep", "JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, NaN, huge integers
+        raise RecordError("not-json", f"invalid JSON: {exc}") from None
+
+
+def _hex(obj: Mapping[str, Any], name: str, pattern: re.Pattern[str], what: str) -> str:
+    value = obj.get(name)
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise RecordError("bad-field", f"{name} must be {what}")
+    return value
+
+
+def _timestamp(obj: Mapping[str, Any], name: str) -> None:
+    value = obj.get(name)
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            if datetime.fromisoformat(value).tzinfo is not None:
+                return
+        except ValueError:
+            pass
+    raise RecordError("bad-field", f"{name} must be an ISO 8601 time with a zone")
+
+
+def _positive_int(value: Any) -> bool:
+    # bool is a subclass of int in Python; `true` is not a count.
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _record_type(obj: Mapping[str, Any]) -> RecordType:
+    present = [t for f, t in _TYPE_FIELDS.items() if f in obj]
+    if len(present) != 1:
+        raise RecordError(
+            "bad-type", "a record must be exactly one of lesson (hash), confirm or revoke"
+        )
+    return present[0]  # type: ignore[return-value]
+
+
+def _check_fields(obj: Mapping[str, Any], rtype: RecordType) -> str:
+    """Validate every field's type and shape; return the target hash."""
+    if rtype == "lesson":
+        target = _hex(obj, "hash", _HEX32, "32 lower-case hex digits")
+        kind = obj.get("kind")
+        if not isinstance(kind, str):
+            raise RecordError("bad-field", "kind must be a string")
+        if kind not in KINDS:
+            raise RecordError("bad-kind", f"kind {kind[:40]!r} is not one of {', '.join(KINDS)}")
+        text = obj.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise RecordError("bad-field", "text must be a non-empty string")
+        if not _positive_int(obj.get("seen")):
+            raise RecordError("bad-field", "seen must be a positive integer")
+        strength = obj.get("strength")
+        if (
+            isinstance(strength, bool)
+            or not isinstance(strength, int | float)
+            or not math.isfinite(strength)
+            or strength < 0
+        ):
+            raise RecordError("bad-field", "strength must be a finite number ≥ 0")
+        _timestamp(obj, "updated")
+    else:
+        target = _hex(obj, rtype, _HEX32, "a 32-hex-digit lesson hash")
+        _timestamp(obj, "at")
+    if "seq" in obj and not _positive_int(obj["seq"]):
+        raise RecordError("bad-field", "seq must be a positive integer")
+    return target
+
+
+def _cut_sig(raw: bytes, sig: str) -> bytes:
+    """The bytes the signature covers: ``raw`` with its ``"sig":"…"`` member removed."""
+    member = b'"sig":"' + sig.encode("ascii") + b'"'
+    at = raw.find(member)
+    # The member must appear exactly once, as a top-level member, so that a
+    # nested copy in an extension field cannot be the one that gets cut.
+    if at < 1 or raw.find(member, at + 1) != -1:
+        raise RecordError("bad-signature", "sig member not found exactly once")
+    end = at + len(member)
+    before, after = raw[at - 1 : at], raw[end : end + 1]
+    if before == b",":
+        return raw[: at - 1] + raw[end:]
+    if before == b"{" and after == b",":
+        return raw[:at] + raw[end + 1 :]
+    if before == b"{" and after == b"}":
+        return b"{}"
+    raise RecordError("bad-signature", "sig is not a member of the top-level object")
+
+
+def parse(line: bytes | str) -> Record:
+    """Parse and fully verify one record line (without its line ending).
+
+    Raises RecordError with a code from REASONS.  The returned Record keeps the
+    bytes exactly as received, which is how it must be stored and relayed.
+    """
+    raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+    obj = _load(raw)
+    if not isinstance(obj, dict):
+        raise RecordError("not-object", f"a record is a JSON object, not {type(obj).__name__}")
+    v = obj.get("v")
+    if isinstance(v, bool) or v != WIRE_VERSION:
+        raise RecordError("bad-version", f"v must be {WIRE_VERSION}")
+    rtype = _record_type(obj)
+    target = _check_fields(obj, rtype)
+    key = _hex(obj, "key", _HEX64, "a 64-hex-digit Ed25519 public key")
+    origin = _hex(obj, "origin", _HEX16, "16 lower-case hex digits")
+    public = bytes.fromhex(key)
+    if origin_of(public) != origin:
+        raise RecordError("origin-mismatch", "origin is not the fingerprint of key")
+    if rtype == "lesson":
+        if lesson_hash(obj["kind"], obj["text"]) != target:
+            raise RecordError("hash-mismatch", "hash is not the hash of kind and text")
+        reason = imperative_reason(obj["text"])
+        if reason is not None:
+            raise RecordError("imperative", f"a lesson is an observation, not an instruction: {reason}")
+    sig = obj.get("sig")
+    if sig is None:
+        raise RecordError("bad-signature", "the record is not signed")
+    if not isinstance(sig, str) or _HEX128.fullmatch(sig) is None:
+        raise RecordError("bad-signature", "sig must be 128 lower-case hex digits")
+    signed = _cut_sig(raw, sig)
+    try:
+        # crypto_sign_open is the primitive under VerifyKey.verify, without its
+        # extra copies: this is the hot path of every transport.
+        nacl.bindings.crypto_sign_open(bytes.fromhex(sig) + signed, public)
+    except (nacl.exceptions.BadSignatureError, ValueError):
+        raise RecordError("bad-signature", "signature does not verify over the bytes received") from None
+    seq = obj.get("seq")
+    return Record(type=rtype, raw=raw, fields=obj, origin=origin, key=key, target=target, seq=seq)
+
+
+def claimed(line: bytes | str) -> tuple[RecordType | None, str | None, str | None]:
+    """Best-effort (type, hash, origin) a refused line claims, for reports; never raises."""
+    try:
+        obj = _load(line.encode("utf-8") if isinstance(line, str) else bytes(line))
+    except RecordError:
+        return None, None, None
+    if not isinstance(obj, dict):
+        return None, None, None
+    try:
+        rtype: RecordType | None = _record_type(obj)
+    except RecordError:
+        rtype = None
+    field = {"lesson": "hash", "confirm": "confirm", "revoke": "revoke"}.get(rtype or "")
+    target = obj.get(field) if field else None
+    origin = obj.get("origin")
+    return (
+        rtype,
+        target if isinstance(target, str) and _HEX32.fullmatch(target) else None,
+        origin if isinstance(origin, str) and _HEX16.fullmatch(origin) else None,
+    )

@@ -1,0 +1,517 @@
+"""Safety rule 1: a lesson is an observation, never an instruction.
+
+Every memory runs ``imperative_reason`` on every lesson it signs or receives, so the check is
+a handful of set look-ups and literal-led regex searches per sentence, not a parser.  The
+lower-cased text is refused when it holds, anywhere, an advice or prompt-injection phrase
+("you should", "make sure", "it's better to", "please", "ignore previous instructions",
+"from now on"...).  Otherwise it is cut into sentences (at . ! ? ; new lines, spaced dashes,
+and after a "Label:" heading) and each sentence into comma fragments, and a clause is refused
+when it opens with "don't", "do not", "always" or "never", with a verb that is never a noun
+("avoid", "prefer", "ensure", "be"...), or with one of about 330 base-form verbs of software
+work.  A leading condition or setting ("When the build hangs, ...", "On CI, ...") is skipped
+so that the main clause after the comma is the one judged; fragments after the main clause
+are judged on decisive evidence only, unless "then", "so", "but", "instead"... opens them.
+Verbs that double as nouns are told apart by what follows: a determiner, pronoun, --flag,
+path, VAR=value, quoted thing or tool name makes an order ("Run the tests"); "of", or a
+finite verb later in the clause (is/can/was..., a known third-person or past form, a known
+plural-agreeing verb such as "fail" or "reject") makes a noun subject ("Run times double");
+neither, or nothing at all, makes an order ("Use tabs", "Retry").
+
+Known limits.  It misses orders whose verb is not on its list ("Frobnicate the cache"),
+conditionals with neither a comma nor "then" ("If it hangs delete the lock"), an order after
+"and" or a bare comma without a determiner ("Tests hang, and retry"), passive or impersonal
+duties ("Tests should be run first", "Contributors must sign the CLA"), orders dressed as
+statements ("The lock file has to go"), and objects followed by a reduced relative clause
+("Revert changes merged yesterday" reads as "changes merged" happened).  It wrongly refuses
+observations that open with a listed verb-noun when their predicate is a verb it does not
+know ("Read replicas lag", "Profile data lands in /tmp") or follows "that", "when",
+"before"... ("Push access before 9am is restricted"); a version number then an "-ed" verb
+and an object ("Go 1.22 changed loop semantics"); clauses that open with "always" or "never"
+("Never again on Fridays"); quoted or reported orders ("The README says: run make first");
+and observations about models that quote injections ("the model may ignore previous
+instructions").  It only knows English: text in other languages passes unless it holds
+English trigger words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final
+
+__all__ = ["imperative_reason", "is_imperative"]
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+def _third_person(verb: str) -> str:
+    """'fail' -> 'fails', 'pass' -> 'passes', 'rely' -> 'relies' (regular verbs only)."""
+    if verb.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if verb.endswith("y") and verb[-2:-1] not in ("a", "e", "o", "u"):
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+# ---------------------------------------------------------------------------------------------
+# Phrases refused wherever they stand.
+#
+# Each rule names the words one of which every match contains.  A text holding none of them
+# (most observations) costs one tokenisation and one set test, not a regex scan; and every
+# pattern starts with a literal, which the regex engine finds fast, the left word boundary
+# being checked after the match (a leading \b would make the engine try every position).
+# Rules are tried in this order; the flag marks a prompt injection.
+
+_ADVICE_AFTER_SUBJECT: Final = (
+    r"(?:'d\s+better|\s+had\s+better|\s+should|\s+must|\s+shall|\s+ought\s+to|\s+needs?\s+to"
+    r"|\s+has\s+to|\s+have\s+to)\b"
+)
+_INJECTION_TARGETS: Final = r"(?:instructions?|prompts?|guidelines|directives|guardrails)\b"
+
+
+def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
+    injection = [
+        *((verb, rf"{verb}\s+(?:[\w']+\s+){{0,4}}?{_INJECTION_TARGETS}") for verb in
+          ("ignore", "forget", "override", "bypass")),
+        ("disregard", r"disregard\b"),
+        ("instructions", r"new\s+instructions\b"),
+        ("now", r"from\s+now\s+on\b"),
+        ("now", r"you\s+are\s+now\b"),
+    ]
+    advice = [
+        (
+            "you",
+            r"you(?:(?:'d|\s+had)\s+better|(?:'ll|\s+will|\s+would|\s+may|\s+might)\s+(?:want|need)\s+to"
+            r"|\s+(?:should|must|shall|need\s+to|have\s+to|ought\s+to|(?:have\s+)?got\s+to)|'ve\s+got\s+to)\b",
+        ),
+        *((subject, subject + _ADVICE_AFTER_SUBJECT) for subject in
+          ("one", "we", "everyone", "everybody", "nobody", "agents", "assistants", "claude", "copilot")),
+        *((role, rf"the\s+{role}{_ADVICE_AFTER_SUBJECT}") for role in ("agent", "assistant", "ai", "llm", "bot")),
+        *((modal, rf"{modal}\s+(?:always|never)\b") for modal in ("should", "must")),
+        *((word, rf"{word}\s+to\b") for word in ("best", "better", "wiser", "safer", "advisable", "preferable")),
+        (
+            "idea wise recommended important essential crucial necessary mandatory required",
+            r"it(?:'s|\s+is|'d\s+be|\s+would\s+be)\s+(?:a\s+good\s+idea|wise|recommended|important|essential"
+            r"|crucial|necessary|mandatory|required)\s+to\b",
+        ),
+        (
+            "recommended advised encouraged discouraged",
+            r"(?:is|are)\s+(?:strongly\s+|highly\s+)?(?:recommended|advised|encouraged|discouraged)\b",
+        ),
+        (
+            "fix trick solution workaround remedy practice way",
+            r"the\s+(?:fix|trick|solution|workaround|remedy|best\s+practice|right\s+way|correct\s+way)\s+is\s+to\b",
+        ),
+        # "To make sure the cache is warm, CI ..." states a purpose, not an order.
+        ("sure", r"make(?<!\bto\smake)\s+sure\b"),
+        ("sure", r"be\s+sure\s+to\b"),
+        ("remember", r"remember\s+to\b"),
+        ("forget", r"(?:don't|do\s+not|dont)\s+forget\b"),
+        ("please", r"please\b"),
+        ("kindly", r"kindly\b"),
+        ("let", r"let(?:'s|\s+us)\b"),
+        ("consider", r"consider\s+using\b"),
+        ("need", r"no\s+need\s+to\b"),
+    ]
+    return tuple(
+        (_words(anchors), re.compile(pattern), flag)
+        for group, flag in ((injection, True), (advice, False))
+        for anchors, pattern in group
+    )
+
+
+_PHRASE_RULES: Final = _rules()
+# Anchor word (as UTF-8 bytes, like the words of _words_of) -> indices of its rules, in order.
+_RULES_BY_ANCHOR: Final = {
+    anchor.encode(): tuple(index for index, (anchors, _, _) in enumerate(_PHRASE_RULES) if anchor in anchors)
+    for anchor in frozenset().union(*(anchors for anchors, _, _ in _PHRASE_RULES))
+}
+_ANCHORS: Final = frozenset(_RULES_BY_ANCHOR)
+
+# Every byte that is not an ASCII regex word character becomes a space.  An ASCII word that
+# a regex \b delimits is then a whole token, whatever non-word character (ASCII or not) is
+# beside it; a non-ASCII letter splits a word, which only ever adds tokens.
+_NON_WORD: Final = bytes(b for b in range(256) if not (b < 128 and (chr(b).isalnum() or chr(b) == "_")))
+_NON_WORD_TO_SPACE: Final = bytes.maketrans(_NON_WORD, b" " * len(_NON_WORD))
+
+# Curly quotes and apostrophes become ASCII so that "don’t" matches "don't".
+_ASCII_QUOTES: Final = (("\u2019", "'"), ("\u2018", "'"), ("\u02bc", "'"), ("\u201c", '"'), ("\u201d", '"'))
+
+# ---------------------------------------------------------------------------------------------
+# Sentences.
+#
+# ".", "!", "?" and ":" end a sentence only when a space, a closing quote or the end follows
+# ("setup.py", "3.12", "http://" do not); a colon that does makes what precedes it a heading
+# ("Note: ...", "Fix: ...").  ";", new lines and dashes always do.
+_BOUNDARY: Final = re.compile(r"([.!?:;\n\r\u2013\u2014])")
+_CONDITIONAL_MARKS: Final = frozenset(".!?:")
+_AFTER_MARK: Final = frozenset(" \t\"')]*_")
+
+# What a bullet or list number is made of ("- ", "1. ", "a) ").
+_MARKERS: Final = " \t0123456789abcdefghij-*#>•.()"
+
+# ---------------------------------------------------------------------------------------------
+# Words of a clause.
+
+# Stripped from both ends of a token before it is compared with the word lists.
+# "-" is not stripped: a leading "-" marks a command-line flag.
+_EDGE: Final = "\"'`()[]{}<>*_.,!?:;«»#•+"
+
+# Words that, opening a clause, order or forbid whatever follows.
+_PROHIBITIVE: Final = _words("don't dont always never")
+
+# Verbs that are never the noun subject of an observation.
+_ALWAYS_IMPERATIVE: Final = _words(
+    "avoid prefer ensure consider remember forget be please kindly refrain beware verify double-check "
+    "let disregard"
+)
+
+# Base forms of verbs an instruction about software work opens with.  Many are nouns too
+# ("Run times double"); what follows the word decides (see _clause_reason).
+_VERBS: Final = _words(
+    """
+    accept add adjust allow answer append apply approve archive ask assert assign assume avoid back backup
+    bisect block bookmark break bring build bump bundle cache call cancel cap catch cd change check
+    checkout cherry-pick chmod chown choose chunk clean clear click clone close collect comment commit
+    compare compile comply compress configure confirm connect convert copy create curl cut debounce debug
+    declare decrease define delete deploy describe destroy detach diff disable dispatch do document double
+    downgrade download drop dump edit embed empty enable encode enforce escalate escape exclude execute
+    exit expand expect explain export extend extract fall fetch file fill filter find fix flag flush focus
+    follow force fork format free freeze generate get give go grant grep handle hardcode hard-code have
+    help hide hold ignore implement import include increase increment index init initialise initialize
+    inline insert inspect install invalidate invoke isolate keep kill label launch leave limit link lint
+    list load lock log look lower maintain make map mark measure memoize merge migrate mock modify monitor
+    mount move name note notify obey open optimise optimize output override package paginate parse pass
+    patch pause pick pin ping pipe place plan poll populate port post prefix prepare prepend print
+    prioritise prioritize profile prune publish pull purge push put query queue quit quote raise read
+    rebase rebuild recompile record recreate redirect reduce refactor refresh regenerate reinstall reject
+    release reload remove rename reopen reorder repeat rephrase replace reply report request require rerun
+    reserve reset resize resolve respond restart restore restrict resume retry return reuse reveal revert
+    review rewrite roll rollback rotate run save say scan schedule search send separate serve set setup
+    share shut sign simplify skip sleep sort source specify split squash ssh stage start stash stay stick
+    stop store stream strip submit summarise summarize swap switch sync tag tail take tell terminate test
+    think throttle tidy time toggle touch trace track translate treat trigger trim truncate trust try tune
+    turn tweak uncomment undo uninstall unlock unpin unset update upgrade upload use validate vendor wait
+    warm watch wipe wrap write yank zip
+    """
+)
+
+# Verbs after which a bare verb is the object's action, not a predicate: "Make tests pass".
+_CAUSATIVE: Final = _words("make let have help get watch see")
+_CAUSED: Final = _words("pass fail work run break crash succeed hang go stop start behave finish")
+
+# After an opening verb, these make it an order: "Run the tests", "Install it", "Do all".
+_OBJECT_WORDS: Final = _words(
+    "the a an this that these those it them him her me us your my our their its all any every no some "
+    "each only both everything anything nothing something one whatever"
+)
+
+# Command names: "Run make", "Use go 1.22", "Try pytest -x".
+_TOOLS: Final = _words(
+    """
+    make go git pip pip3 pipx npm npx yarn pnpm cargo rustup pytest python python3 docker podman kubectl
+    helm terraform brew apt apt-get sudo bash sh zsh node deno bun uv poetry tox nox ruff mypy black
+    eslint prettier gradle mvn cmake ninja gcc clang conda ssh scp rsync curl wget grep sed awk jq tar
+    rm mv cp chmod chown xargs systemctl journalctl gh tsc webpack vite jest vitest gem bundle rake
+    dotnet swift flutter
+    """
+)
+
+# After an opening verb these are ambiguous ("Set up the venv" / "Log in fails"): an order
+# unless a finite verb follows.
+_PARTICLES: Final = _words(
+    "to with before after up out off down in on into onto over for from again first now back away "
+    "through via instead locally globally manually once twice here there"
+)
+
+# An opening verb-noun followed by these is a noun subject: "Use of tabs breaks the linter".
+_NOUN_SIGNALS: Final = _words("of 's")
+
+# Finite auxiliaries and modals: "Build is slow", "Install scripts can hang".
+_AUXILIARIES: Final = _words(
+    """
+    is are was were isn't aren't wasn't weren't has have had hasn't haven't hadn't does did doesn't
+    didn't can can't cannot could couldn't will won't would wouldn't may might must should shouldn't
+    shall
+    """
+)
+
+# Predicates of a noun subject ("Lock files go stale", "Sort order differs").  These are
+# seldom nouns, so each form counts wherever it stands after the first word.
+_VERB_PREDICATES: Final = _words(
+    """
+    fail hang differ take go reject assume succeed require expect contain stall exceed grow get become
+    stay remain appear seem tend depend rely collide overlap expire produce generate emit complain
+    refuse allow prevent lack prefer like dislike want ask insist mean happen occur matter behave belong
+    come live survive persist vary diverge accumulate need work keep leave lose fill ignore hide choke
+    vanish disappear skip
+    """
+)
+# Predicates that are also everyday nouns ("Fix crashes", "Remove line breaks", "Log misses").
+# Their plural-agreeing base form counts two words in ("Cache misses spike"); their -s form
+# only within two words of a first word that is itself mostly a noun ("Watch mode leaks").
+_NOUN_PREDICATES: Final = _words(
+    "break return spike crash leak miss hit pass conflict clash shadow override flake pile cause "
+    "mention include run start stop trigger change double strip"
+)
+_PLURAL_PREDICATES: Final = _VERB_PREDICATES | _NOUN_PREDICATES | _words("do don't")
+_SINGULAR_PREDICATES: Final = frozenset(_third_person(verb) for verb in _VERB_PREDICATES)
+_NOUN_SINGULARS: Final = frozenset(_third_person(verb) for verb in _NOUN_PREDICATES)
+_NOUNISH_LEADS: Final = _words(
+    """
+    build test install update deploy release check push merge import export lint upgrade setup backup
+    download upload sync commit cache lock query request index patch profile start stop reset migrate
+    scan trace stream sort map link port tag file flag mock compile clone checkout diff dump format ping
+    poll publish queue rollback schedule stash watch call rerun reload refresh copy run output
+    """
+)
+
+# Simple pasts that are never participles: always a predicate ("Upgrade broke the build").
+_SIMPLE_PASTS: Final = _words("broke went took ran became began fell grew came wrote threw gave drove rose")
+
+# Pasts that are also participles ("-ed", "made", "kept"...) are a predicate only when no
+# noun follows ("Install failed twice"), not an adjective ("Use pinned versions"), nor a
+# passive with its agent ("Delete files created by the installer").
+_PARTICIPLES: Final = _words("made kept lost sent left built got found held hung stood spent")
+_TIME: Final = _words("time times")
+_NOT_PARTICIPLES: Final = _words("need speed feed seed embed exceed proceed succeed hundred naked wicked")
+_AGENT_PREPOSITIONS: Final = _words("by via into from")
+_AFTER_PREDICATE: Final = _OBJECT_WORDS | _PARTICLES | _words(
+    """
+    at without during under when while because since until unless if and but or so as than not
+    silently quietly yesterday today overnight repeatedly intermittently randomly often sometimes
+    always never too also then again
+    """
+)
+
+# Finite wherever they stand after the first word.
+_FINITE: Final = _AUXILIARIES | _SINGULAR_PREDICATES | _SIMPLE_PASTS
+
+# Words at which the search for a finite verb stops: what follows belongs to another clause
+# ("Run the tests that fail").
+_CLAUSE_BREAKS: Final = _words(
+    "that which who whom whose where when whenever if unless until while because since as so but "
+    "though although whether once before after"
+)
+
+# Words skipped at the start of a clause.  The sequencing ones ("then", "so", "instead")
+# also mark what follows a comma as a clause of its own, judged in full.
+_SEQUENCE: Final = _words(
+    "then so but instead otherwise also just simply thus therefore hence rather now next finally first "
+    "firstly secondly lastly afterwards afterward additionally ideally preferably"
+)
+_FILLERS: Final = _SEQUENCE | _words(
+    "and or plus maybe perhaps probably definitely really actually basically generally usually "
+    "normally typically again"
+)
+
+# A comma fragment opening with these is a leading condition or setting; the main clause
+# follows the comma ("When the build hangs, delete the lock file").
+_SUBORDINATORS: Final = _words(
+    "if when whenever once after before unless until till while whilst since because as though although "
+    "even whether where wherever should given"
+)
+_INTRODUCERS: Final = _SUBORDINATORS | _words(
+    "in on at for to with without under during inside outside within from by per via upon here there "
+    "sometimes often"
+)
+
+# Every word a clause can open with and be judged on; anything else is let through at once.
+_OPENERS: Final = _PROHIBITIVE | _ALWAYS_IMPERATIVE | _VERBS | _SUBORDINATORS
+
+
+def imperative_reason(text: str) -> str | None:
+    """None when `text` reads as an observation; otherwise a short human reason naming what made it
+    an instruction, e.g. "starts with the bare verb 'run'" or "contains 'you should'"."""
+    lowered = text.lower()
+    if not lowered.isascii():
+        for curly, plain in _ASCII_QUOTES:
+            if curly in lowered:
+                lowered = lowered.replace(curly, plain)
+    words = lowered.encode().translate(_NON_WORD_TO_SPACE).split()
+    if not _ANCHORS.isdisjoint(words):
+        reason = _phrase_reason(lowered, _ANCHORS.intersection(words))
+        if reason is not None:
+            return reason
+    lead = True
+    for sentence, heading in _sentences(lowered):
+        reason = _sentence_reason(sentence, strict=not heading, lead=lead)
+        if reason is not None:
+            return reason
+        # A bullet or list number before the first sentence does not make that one a later one.
+        if lead and (len(sentence) > 6 or sentence.strip(_MARKERS)):
+            lead = False
+    return None
+
+
+def is_imperative(text: str) -> bool:
+    """True when `text` reads as an instruction (safety rule 1)."""
+    return imperative_reason(text) is not None
+
+
+def _phrase_reason(lowered: str, anchors: frozenset[bytes]) -> str | None:
+    """The first phrase rule, among those of the `anchors` found in the text, that matches."""
+    if len(anchors) == 1:
+        indices: Iterable[int] = _RULES_BY_ANCHOR[next(iter(anchors))]
+    else:
+        indices = sorted({index for anchor in anchors for index in _RULES_BY_ANCHOR[anchor]})
+    for index in indices:
+        _, pattern, injection = _PHRASE_RULES[index]
+        for found in pattern.finditer(lowered):
+            before = lowered[found.start() - 1 : found.start()]
+            if before.isalnum() or before == "_":
+                continue  # inside a longer word, e.g. "bit is important to"
+            phrase = " ".join(found.group().split())
+            return f"contains the prompt-injection phrase {phrase!r}" if injection else f"contains {phrase!r}"
+    return None
+
+
+def _sentences(lowered: str) -> list[tuple[str, bool]]:
+    """The sentences of `lowered`, each with whether it is a heading (ends with ": ")."""
+    if " - " in lowered or " -- " in lowered:
+        lowered = lowered.replace(" -- ", "\n").replace(" - ", "\n")
+    pieces = _BOUNDARY.split(lowered.rstrip(" \t\r\n.!?"))
+    sentences: list[tuple[str, bool]] = []
+    current = pieces[0]
+    for index in range(1, len(pieces), 2):
+        mark, rest = pieces[index], pieces[index + 1]
+        if mark in _CONDITIONAL_MARKS and rest and rest[0] not in _AFTER_MARK:
+            current += mark + rest
+        else:
+            sentences.append((current, mark == ":"))
+            current = rest
+    sentences.append((current, False))
+    return sentences
+
+
+def _sentence_reason(sentence: str, *, strict: bool, lead: bool) -> str | None:
+    """Judge one sentence: its main clause in full, the comma fragments after it on decisive
+    evidence only (they are as often list items as clauses), unless a sequencing word opens them.
+    A heading (not `strict`) is judged on decisive evidence only."""
+    fragments = sentence.split(",")
+    last = len(fragments) - 1
+    main_pending = True
+    for position, fragment in enumerate(fragments):
+        word, clause, sequenced = _opening(fragment)
+        if not word:
+            continue
+        at_start, lead = lead, False
+        if main_pending:
+            if position < last and word in _INTRODUCERS:
+                continue  # "When the build hangs, ...": the main clause follows the comma.
+            main_pending = False
+            clause_strict = strict
+        else:
+            clause_strict = strict and sequenced
+        if word in _OPENERS or (word.startswith("re-") and word[3:] in _VERBS):
+            opening = "starts with" if at_start else "a clause starts with"
+            reason = _clause_reason(clause.split(), strict=clause_strict, opening=opening)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _opening(fragment: str) -> tuple[str, str, bool]:
+    """The first word of `fragment` past bullets and filler words, the fragment from that word
+    on, and whether a sequencing word ("then", "instead"...) was skipped on the way."""
+    sequenced = False
+    rest = fragment
+    while True:
+        parts = rest.split(None, 1)
+        if not parts:
+            return "", "", sequenced
+        token = parts[0]
+        word = token.strip(_EDGE)
+        tail = parts[1] if len(parts) > 1 else ""
+        if word in _FILLERS:
+            sequenced = sequenced or word in _SEQUENCE
+        elif word == "note" and tail.startswith("that "):
+            tail = tail[5:]  # "Note that X" announces an observation; X is still judged.
+        elif word and word != "-" and not (token[-1] in ".)" and (token[:-1].isdigit() or len(token) == 2)):
+            return word, rest, sequenced  # not a bullet or list number ("-", "1.", "a)")
+        rest = tail
+
+
+def _clause_reason(tokens: list[str], *, strict: bool, opening: str) -> str | None:
+    """Why the clause `tokens` opens with an order, or None.  When not strict, only decisive
+    evidence counts (an object word after the verb, a prohibition before one)."""
+    first = tokens[0].strip(_EDGE)
+    following = tokens[1] if len(tokens) > 1 else None
+    second = following.strip(_EDGE) if following is not None else None
+    if first == "do" and second == "not":
+        return f"{opening} 'do not'"
+    if first in _PROHIBITIVE:
+        if strict or second in _VERBS or second in _ALWAYS_IMPERATIVE:
+            return f"{opening} {first!r}"
+        return None
+    if first in _SUBORDINATORS:
+        if strict and "then" in tokens:
+            # "If the build hangs then delete the lock": the part after "then" is the main clause.
+            consequence = tokens[tokens.index("then") + 1 :]
+            if consequence:
+                return _clause_reason(consequence, strict=True, opening="a clause starts with")
+        return None
+    if first in _ALWAYS_IMPERATIVE:
+        ordered = True
+    elif following is None or not second:
+        ordered = strict
+    elif second in _NOUN_SIGNALS:
+        ordered = False
+    elif _is_object(following, second):
+        ordered = True
+    elif not strict:
+        ordered = False
+    elif second in _PARTICLES or second[0].isdigit():
+        ordered = not _finite_verb_follows(first, tokens, 2)
+    else:
+        ordered = not _finite_verb_follows(first, tokens, 1)
+    return f"{opening} the bare verb {first!r}" if ordered else None
+
+
+def _is_object(token: str, word: str) -> bool:
+    """Whether the word after an opening verb is plainly its object: a determiner or pronoun,
+    a tool, a --flag, a path, a VAR=value assignment or something quoted."""
+    return (
+        word in _OBJECT_WORDS
+        or word in _TOOLS
+        or token[0] in "\"'`"
+        or word.startswith(("-", "~", "./", "/", "$"))
+        or "/" in word
+        or "=" in word
+    )
+
+
+def _finite_verb_follows(first: str, tokens: list[str], begin: int) -> bool:
+    """Whether tokens[begin:] hold the finite verb of a clause whose subject starts with
+    `first`, the opening verb-noun: then `first` was a noun, not an order."""
+    causative = first in _CAUSATIVE
+    nounish = first in _NOUNISH_LEADS
+    previous = tokens[begin - 1].strip(_EDGE)
+    for index in range(begin, len(tokens)):
+        word = tokens[index].strip(_EDGE)
+        if word in _CLAUSE_BREAKS:
+            return False
+        if (
+            word in _FINITE
+            or (nounish and index <= 2 and word in _NOUN_SINGULARS)
+            or (
+                index >= 2
+                and word in _PLURAL_PREDICATES
+                and previous != "to"
+                and not (causative and word in _CAUSED)
+            )
+        ):
+            return True
+        if word in _PARTICIPLES or word in _TIME or (word.endswith("ed") and len(word) > 4):
+            after = tokens[index + 1].strip(_EDGE) if index + 1 < len(tokens) else None
+            if word in _TIME:
+                if after == "out":
+                    return True  # "Test runs time out"
+            elif word not in _NOT_PARTICIPLES and (
+                after is None or (after in _AFTER_PREDICATE and after not in _AGENT_PREPOSITIONS)
+            ):
+                return True
+        previous = word
+    return False
