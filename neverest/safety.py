@@ -1,41 +1,31 @@
 """Safety rule 1: a lesson is an observation, never an instruction.
 
-Every memory runs ``imperative_reason`` on every lesson it signs or receives, so the check is
-a handful of set look-ups and literal-led regex searches per sentence, not a parser.  The
-lower-cased text is refused when it holds, anywhere, an advice or prompt-injection phrase
-("you should", "make sure", "it's better to", "please", "ignore previous instructions",
-"from now on"...).  Otherwise it is cut into sentences (at . ! ? ; new lines, spaced dashes,
-and after a "Label:" heading) and each sentence into comma fragments, and a clause is refused
-when it opens with "don't", "do not", "always" or "never", with a verb that is never a noun
-("avoid", "prefer", "ensure", "be"...), or with one of about 330 base-form verbs of software
-work.  A leading condition or setting ("When the build hangs, ...", "On CI, ...") is skipped
-so that the main clause after the comma is the one judged; fragments after the main clause
-are judged on decisive evidence only, unless "then", "so", "but", "instead"... opens them.
-Verbs that double as nouns are told apart by what follows: a determiner, pronoun, --flag,
-path, VAR=value, quoted thing or tool name makes an order ("Run the tests"); "of", or a
-finite verb later in the clause (is/can/was..., a known third-person or past form, a known
-plural-agreeing verb such as "fail" or "reject") makes a noun subject ("Run times double");
-neither, or nothing at all, makes an order ("Use tabs", "Retry").
+Every receiver runs ``imperative_reason`` on every lesson, so it is set look-ups and a few
+literal-led regexes, not a parser.  The NFKC-folded, lower-cased text is refused when it holds
+an advice or prompt-injection phrase anywhere ("you should", "make sure", "please", "ignore
+previous instructions", "from now on"...), or when a clause opens with "don't", "always",
+"never", a verb that is never a noun ("avoid", "prefer", "be"...) or one of ~340 base-form verbs
+of software work.  Clauses are cut at . ! ? ; new lines, dashes and "Label:" headings; a leading
+condition ("When the build hangs, ...") is skipped so its main clause is judged.  A verb that
+is also a noun ("Run times double") is an order when a determiner, pronoun, flag, path, quote or
+tool name follows it, or when no finite verb (is/can, "fails", "broke", plural "fail"...) does.
 
-Known limits.  It misses orders whose verb is not on its list ("Frobnicate the cache"),
-conditionals with neither a comma nor "then" ("If it hangs delete the lock"), an order after
-"and" or a bare comma without a determiner ("Tests hang, and retry"), passive or impersonal
-duties ("Tests should be run first", "Contributors must sign the CLA"), orders dressed as
-statements ("The lock file has to go"), and objects followed by a reduced relative clause
-("Revert changes merged yesterday" reads as "changes merged" happened).  It wrongly refuses
-observations that open with a listed verb-noun when their predicate is a verb it does not
-know ("Read replicas lag", "Profile data lands in /tmp") or follows "that", "when",
-"before"... ("Push access before 9am is restricted"); a version number then an "-ed" verb
-and an object ("Go 1.22 changed loop semantics"); clauses that open with "always" or "never"
-("Never again on Fridays"); quoted or reported orders ("The README says: run make first");
-and observations about models that quote injections ("the model may ignore previous
-instructions").  It only knows English: text in other languages passes unless it holds
-English trigger words.
+Known limits.  It misses orders with unlisted verbs ("Frobnicate the cache"), conditionals with
+neither a comma nor "then" ("If it hangs delete the lock"), an order after ", and" with no
+object word ("Tests hang, and retry"), passive, impersonal or permissive advice ("Tests should
+be run first", "Contributors must sign the CLA", "You can just rerun it"), orders stated as
+facts ("The lock file has to go") and look-alike letters from other scripts.  It wrongly refuses
+observations opening with a listed verb-noun whose predicate it does not know or finds only
+after "before", "when"... ("Read replicas lag", "Push access before 9am is restricted"),
+clauses opening with "always"/"never" ("Never again on Fridays"), reported orders ("The README
+says: run make first") and quoted injections ("The model may ignore previous instructions").
+It knows only English: other languages pass unless they hold English trigger words.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 from typing import Final
 
@@ -84,13 +74,16 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
         (
             "you",
             r"you(?:(?:'d|\s+had)\s+better|(?:'ll|\s+will|\s+would|\s+may|\s+might)\s+(?:want|need)\s+to"
-            r"|\s+(?:should|must|shall|need\s+to|have\s+to|ought\s+to|(?:have\s+)?got\s+to)|'ve\s+got\s+to)\b",
+            r"|\s+(?:should|must|shall|need\s+to|have\s+to|ought\s+to|(?:have\s+)?got\s+to)"
+            r"|'ve\s+got\s+to)\b",
         ),
         *((subject, subject + _ADVICE_AFTER_SUBJECT) for subject in
           ("one", "we", "everyone", "everybody", "nobody", "agents", "assistants", "claude", "copilot")),
-        *((role, rf"the\s+{role}{_ADVICE_AFTER_SUBJECT}") for role in ("agent", "assistant", "ai", "llm", "bot")),
+        *((role, rf"the\s+{role}{_ADVICE_AFTER_SUBJECT}") for role in
+          ("agent", "assistant", "ai", "llm", "bot")),
         *((modal, rf"{modal}\s+(?:always|never)\b") for modal in ("should", "must")),
-        *((word, rf"{word}\s+to\b") for word in ("best", "better", "wiser", "safer", "advisable", "preferable")),
+        *((word, rf"{word}\s+to\b") for word in
+          ("best", "better", "wiser", "safer", "advisable", "preferable")),
         (
             "idea wise recommended important essential crucial necessary mandatory required",
             r"it(?:'s|\s+is|'d\s+be|\s+would\s+be)\s+(?:a\s+good\s+idea|wise|recommended|important|essential"
@@ -102,7 +95,8 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
         ),
         (
             "fix trick solution workaround remedy practice way",
-            r"the\s+(?:fix|trick|solution|workaround|remedy|best\s+practice|right\s+way|correct\s+way)\s+is\s+to\b",
+            r"the\s+(?:fix|trick|solution|workaround|remedy|best\s+practice|right\s+way|correct\s+way)"
+            r"\s+is\s+to\b",
         ),
         # "To make sure the cache is warm, CI ..." states a purpose, not an order.
         ("sure", r"make(?<!\bto\smake)\s+sure\b"),
@@ -114,6 +108,9 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
         ("let", r"let(?:'s|\s+us)\b"),
         ("consider", r"consider\s+using\b"),
         ("need", r"no\s+need\s+to\b"),
+        ("circumstances", r"under\s+no\s+circumstances\b"),
+        *((verb, rf"(?:i|we)(?:'d|\s+would)?\s+(?:strongly\s+)?{verb}\b") for verb in
+          ("recommend", "suggest", "advise")),
     ]
     return tuple(
         (_words(anchors), re.compile(pattern), flag)
@@ -123,7 +120,7 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
 
 
 _PHRASE_RULES: Final = _rules()
-# Anchor word (as UTF-8 bytes, like the words of _words_of) -> indices of its rules, in order.
+# Anchor word, as UTF-8 bytes like the words imperative_reason cuts -> indices of its rules.
 _RULES_BY_ANCHOR: Final = {
     anchor.encode(): tuple(index for index, (anchors, _, _) in enumerate(_PHRASE_RULES) if anchor in anchors)
     for anchor in frozenset().union(*(anchors for anchors, _, _ in _PHRASE_RULES))
@@ -136,8 +133,14 @@ _ANCHORS: Final = frozenset(_RULES_BY_ANCHOR)
 _NON_WORD: Final = bytes(b for b in range(256) if not (b < 128 and (chr(b).isalnum() or chr(b) == "_")))
 _NON_WORD_TO_SPACE: Final = bytes.maketrans(_NON_WORD, b" " * len(_NON_WORD))
 
-# Curly quotes and apostrophes become ASCII so that "don’t" matches "don't".
-_ASCII_QUOTES: Final = (("\u2019", "'"), ("\u2018", "'"), ("\u02bc", "'"), ("\u201c", '"'), ("\u201d", '"'))
+# After NFKC (which folds full-width letters and no-break spaces), curly quotes and apostrophes
+# become ASCII so that "don’t" matches "don't", and invisible characters go, so that
+# "ig\u200bnore previous instructions" is still seen.
+_UNICODE_FIXES: Final = (
+    *((curly, "'") for curly in ("\u2019", "\u2018", "\u02bc")),
+    *((curly, '"') for curly in ("\u201c", "\u201d")),
+    *((invisible, "") for invisible in ("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad")),
+)
 
 # ---------------------------------------------------------------------------------------------
 # Sentences.
@@ -149,8 +152,8 @@ _BOUNDARY: Final = re.compile(r"([.!?:;\n\r\u2013\u2014])")
 _CONDITIONAL_MARKS: Final = frozenset(".!?:")
 _AFTER_MARK: Final = frozenset(" \t\"')]*_")
 
-# What a bullet or list number is made of ("- ", "1. ", "a) ").
-_MARKERS: Final = " \t0123456789abcdefghij-*#>•.()"
+# What a bullet or a list number is made of ("- ", "* ", "1. ", "2) ").
+_MARKERS: Final = " \t0123456789-*#>•.()"
 
 # ---------------------------------------------------------------------------------------------
 # Words of a clause.
@@ -172,29 +175,31 @@ _ALWAYS_IMPERATIVE: Final = _words(
 # ("Run times double"); what follows the word decides (see _clause_reason).
 _VERBS: Final = _words(
     """
-    accept add adjust allow answer append apply approve archive ask assert assign assume avoid back backup
-    bisect block bookmark break bring build bump bundle cache call cancel cap catch cd change check
-    checkout cherry-pick chmod chown choose chunk clean clear click clone close collect comment commit
-    compare compile comply compress configure confirm connect convert copy create curl cut debounce debug
-    declare decrease define delete deploy describe destroy detach diff disable dispatch do document double
-    downgrade download drop dump edit embed empty enable encode enforce escalate escape exclude execute
-    exit expand expect explain export extend extract fall fetch file fill filter find fix flag flush focus
-    follow force fork format free freeze generate get give go grant grep handle hardcode hard-code have
-    help hide hold ignore implement import include increase increment index init initialise initialize
-    inline insert inspect install invalidate invoke isolate keep kill label launch leave limit link lint
-    list load lock log look lower maintain make map mark measure memoize merge migrate mock modify monitor
-    mount move name note notify obey open optimise optimize output override package paginate parse pass
-    patch pause pick pin ping pipe place plan poll populate port post prefix prepare prepend print
-    prioritise prioritize profile prune publish pull purge push put query queue quit quote raise read
-    rebase rebuild recompile record recreate redirect reduce refactor refresh regenerate reinstall reject
-    release reload remove rename reopen reorder repeat rephrase replace reply report request require rerun
-    reserve reset resize resolve respond restart restore restrict resume retry return reuse reveal revert
-    review rewrite roll rollback rotate run save say scan schedule search send separate serve set setup
-    share shut sign simplify skip sleep sort source specify split squash ssh stage start stash stay stick
-    stop store stream strip submit summarise summarize swap switch sync tag tail take tell terminate test
-    think throttle tidy time toggle touch trace track translate treat trigger trim truncate trust try tune
-    turn tweak uncomment undo uninstall unlock unpin unset update upgrade upload use validate vendor wait
-    warm watch wipe wrap write yank zip
+    accept add adjust allow answer append apply approve archive ask assert assign assume avoid back
+    backup bisect block bookmark break bring build bump bundle cache call cancel cap catch cd change
+    check checkout cherry-pick chmod choose chown chunk clean clear click clone close collect
+    comment commit compare compile comply compress configure confirm connect convert copy create
+    curl cut debounce debug declare decrease define delete deploy describe destroy detach diff
+    disable dispatch do document double downgrade download drop dump edit embed empty enable encode
+    enforce escalate escape exclude execute exit expand expect explain export extend extract fail
+    fall favor favour fetch file fill filter find fix flag flush focus follow force fork format free
+    freeze generate get give go grant grep handle hard-code hardcode have help hide hold ignore
+    implement import include increase increment index init initialise initialize inline insert
+    inspect install invalidate invoke isolate keep kill label launch leave limit link lint list load
+    lock log look lower maintain make map mark measure memoize mention merge migrate mock modify
+    monitor mount move name note notify obey open optimise optimize output override package paginate
+    parse pass patch pause pick pin ping pipe place plan poll populate port post prefix prepare
+    prepend print prioritise prioritize profile prune publish pull purge push put query queue quit
+    quote raise read rebase rebuild recompile record recreate redirect reduce refactor refresh
+    regenerate reinstall reject release reload remove rename reopen reorder repeat rephrase replace
+    reply report request require rerun reserve reset resize resolve respond restart restore restrict
+    resume retry return reuse reveal revert review rewrite roll rollback rotate run save say scan
+    schedule search send separate serve set setup share shut sign simplify skip sleep sort source
+    specify split squash ssh stage start stash stay stick stop store stream strip submit summarise
+    summarize swap switch sync tag tail take tell terminate test think throttle tidy time toggle
+    touch trace track translate treat trigger trim truncate trust try tune turn tweak uncomment undo
+    uninstall unlock unpin unset update upgrade upload use validate vendor wait warm watch wipe wrap
+    write yank zip
     """
 )
 
@@ -211,11 +216,11 @@ _OBJECT_WORDS: Final = _words(
 # Command names: "Run make", "Use go 1.22", "Try pytest -x".
 _TOOLS: Final = _words(
     """
-    make go git pip pip3 pipx npm npx yarn pnpm cargo rustup pytest python python3 docker podman kubectl
-    helm terraform brew apt apt-get sudo bash sh zsh node deno bun uv poetry tox nox ruff mypy black
-    eslint prettier gradle mvn cmake ninja gcc clang conda ssh scp rsync curl wget grep sed awk jq tar
-    rm mv cp chmod chown xargs systemctl journalctl gh tsc webpack vite jest vitest gem bundle rake
-    dotnet swift flutter
+    apt apt-get awk bash black brew bun bundle cargo chmod chown clang cmake conda cp curl deno
+    docker dotnet eslint flutter gcc gem gh git go gradle grep helm jest journalctl jq kubectl make
+    mv mvn mypy ninja node nox npm npx pip pip3 pipx pnpm podman poetry prettier pytest python
+    python3 rake rm rsync ruff rustup scp sed sh ssh sudo swift systemctl tar terraform tox tsc uv
+    vite vitest webpack wget xargs yarn zsh
     """
 )
 
@@ -226,15 +231,12 @@ _PARTICLES: Final = _words(
     "through via instead locally globally manually once twice here there"
 )
 
-# An opening verb-noun followed by these is a noun subject: "Use of tabs breaks the linter".
-_NOUN_SIGNALS: Final = _words("of 's")
-
 # Finite auxiliaries and modals: "Build is slow", "Install scripts can hang".
 _AUXILIARIES: Final = _words(
     """
-    is are was were isn't aren't wasn't weren't has have had hasn't haven't hadn't does did doesn't
-    didn't can can't cannot could couldn't will won't would wouldn't may might must should shouldn't
-    shall
+    are aren't can can't cannot could couldn't did didn't does doesn't had hadn't has hasn't have
+    haven't is isn't may might must shall should shouldn't was wasn't were weren't will won't would
+    wouldn't
     """
 )
 
@@ -242,11 +244,11 @@ _AUXILIARIES: Final = _words(
 # seldom nouns, so each form counts wherever it stands after the first word.
 _VERB_PREDICATES: Final = _words(
     """
-    fail hang differ take go reject assume succeed require expect contain stall exceed grow get become
-    stay remain appear seem tend depend rely collide overlap expire produce generate emit complain
-    refuse allow prevent lack prefer like dislike want ask insist mean happen occur matter behave belong
-    come live survive persist vary diverge accumulate need work keep leave lose fill ignore hide choke
-    vanish disappear skip
+    accumulate allow appear ask assume become behave belong choke collide come complain contain
+    depend differ disappear dislike diverge emit exceed expect expire fail fill follow generate get
+    go grow hang happen hide ignore insist keep lack leave like live lose matter mean need occur
+    overlap persist prefer prevent produce refuse reject rely remain require seem serialise
+    serialize skip stall stay succeed survive take tend vanish vary want work
     """
 )
 # Predicates that are also everyday nouns ("Fix crashes", "Remove line breaks", "Log misses").
@@ -254,17 +256,21 @@ _VERB_PREDICATES: Final = _words(
 # only within two words of a first word that is itself mostly a noun ("Watch mode leaks").
 _NOUN_PREDICATES: Final = _words(
     "break return spike crash leak miss hit pass conflict clash shadow override flake pile cause "
-    "mention include run start stop trigger change double strip"
+    "mention include run start stop trigger change double strip end"
 )
 _PLURAL_PREDICATES: Final = _VERB_PREDICATES | _NOUN_PREDICATES | _words("do don't")
-_SINGULAR_PREDICATES: Final = frozenset(_third_person(verb) for verb in _VERB_PREDICATES)
+# Third-person forms that are safe although their base form is a common noun ("memory use").
+_SINGULAR_PREDICATES: Final = frozenset(_third_person(verb) for verb in _VERB_PREDICATES) | _words(
+    "uses lags says shows prints writes reads loads"
+)
 _NOUN_SINGULARS: Final = frozenset(_third_person(verb) for verb in _NOUN_PREDICATES)
 _NOUNISH_LEADS: Final = _words(
     """
-    build test install update deploy release check push merge import export lint upgrade setup backup
-    download upload sync commit cache lock query request index patch profile start stop reset migrate
-    scan trace stream sort map link port tag file flag mock compile clone checkout diff dump format ping
-    poll publish queue rollback schedule stash watch call rerun reload refresh copy run output
+    backup build cache call check checkout clone commit compile copy deploy diff download dump
+    export file flag format import index install link lint lock map merge migrate mock output patch
+    ping poll port profile publish push query queue refresh release reload request rerun reset
+    rollback run scan schedule setup sort start stash stop stream sync tag test trace update upgrade
+    upload watch
     """
 )
 
@@ -318,6 +324,11 @@ _INTRODUCERS: Final = _SUBORDINATORS | _words(
     "sometimes often"
 )
 
+# Every word _finite_verb_follows looks at twice (besides "-ed" forms).
+_SCANNED: Final = (
+    _CLAUSE_BREAKS | _FINITE | _NOUN_SINGULARS | _PLURAL_PREDICATES | _PARTICIPLES | _TIME
+)
+
 # Every word a clause can open with and be judged on; anything else is let through at once.
 _OPENERS: Final = _PROHIBITIVE | _ALWAYS_IMPERATIVE | _VERBS | _SUBORDINATORS
 
@@ -325,12 +336,15 @@ _OPENERS: Final = _PROHIBITIVE | _ALWAYS_IMPERATIVE | _VERBS | _SUBORDINATORS
 def imperative_reason(text: str) -> str | None:
     """None when `text` reads as an observation; otherwise a short human reason naming what made it
     an instruction, e.g. "starts with the bare verb 'run'" or "contains 'you should'"."""
-    lowered = text.lower()
-    if not lowered.isascii():
-        for curly, plain in _ASCII_QUOTES:
-            if curly in lowered:
-                lowered = lowered.replace(curly, plain)
-    words = lowered.encode().translate(_NON_WORD_TO_SPACE).split()
+    if text.isascii():
+        lowered = text.lower()
+    else:
+        lowered = unicodedata.normalize("NFKC", text).lower()
+        for odd, plain in _UNICODE_FIXES:
+            if odd in lowered:
+                lowered = lowered.replace(odd, plain)
+    # "surrogatepass": a lone surrogate (JSON allows "\ud800") must not make the check raise.
+    words = lowered.encode("utf-8", "surrogatepass").translate(_NON_WORD_TO_SPACE).split()
     if not _ANCHORS.isdisjoint(words):
         reason = _phrase_reason(lowered, _ANCHORS.intersection(words))
         if reason is not None:
@@ -429,8 +443,8 @@ def _opening(fragment: str) -> tuple[str, str, bool]:
             sequenced = sequenced or word in _SEQUENCE
         elif word == "note" and tail.startswith("that "):
             tail = tail[5:]  # "Note that X" announces an observation; X is still judged.
-        elif word and word != "-" and not (token[-1] in ".)" and (token[:-1].isdigit() or len(token) == 2)):
-            return word, rest, sequenced  # not a bullet or list number ("-", "1.", "a)")
+        elif word and word != "-" and not (token[-1] in ".)" and (len(token) == 2 or token[:-1].isdigit())):
+            return word, rest, sequenced  # not a bullet or a list number ("-", "1.", "a)")
         rest = tail
 
 
@@ -457,8 +471,8 @@ def _clause_reason(tokens: list[str], *, strict: bool, opening: str) -> str | No
         ordered = True
     elif following is None or not second:
         ordered = strict
-    elif second in _NOUN_SIGNALS:
-        ordered = False
+    elif second == "of":
+        ordered = False  # a noun subject: "Use of tabs breaks the linter"
     elif _is_object(following, second):
         ordered = True
     elif not strict:
@@ -491,6 +505,9 @@ def _finite_verb_follows(first: str, tokens: list[str], begin: int) -> bool:
     previous = tokens[begin - 1].strip(_EDGE)
     for index in range(begin, len(tokens)):
         word = tokens[index].strip(_EDGE)
+        if word not in _SCANNED and not word.endswith("ed"):
+            previous = word
+            continue  # most words: nouns, adjectives, prepositions
         if word in _CLAUSE_BREAKS:
             return False
         if (
