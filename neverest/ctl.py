@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from neverest import __version__
+from neverest.clock import clock_from_env
+from neverest.config import ConfigError, load_config
 from neverest.identity import IdentityError, load_or_create
 from neverest.lines import read_lines
+from neverest.memory.events import EVENT_KINDS, ingest, ingest_lines
+from neverest.memory.inbox import drain_inbox
+from neverest.memory.render import lesson_rows
+from neverest.memory.service import Memory
+from neverest.memory.store import StoreError
 from neverest.paths import resolve_home
-from neverest.records import MAX_RECORD_BYTES, RecordError, claimed, parse
+from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse
 
 
 class UsageError(Exception):
@@ -91,6 +98,101 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if all_ok else 1
 
 
+def _memory(args: argparse.Namespace) -> Memory:
+    home = resolve_home(args.home)
+    try:
+        clock = clock_from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return Memory(home, load_config(home), clock)
+
+
+_EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "agent", "session", "cwd", "at")
+
+
+def _cmd_remember(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        now = memory.clock.now()
+        if args.events is not None:
+            if args.kind is not None:
+                raise UsageError("give either --events or an event's fields, not both")
+            if args.events == "-":
+                result = ingest_lines(memory.store, sys.stdin.buffer, now=now)
+            else:
+                try:
+                    with open(args.events, "rb") as stream:
+                        result = ingest_lines(memory.store, stream, now=now)
+                except OSError as exc:
+                    raise UsageError(f"cannot read {args.events}: {exc.strerror}") from None
+        else:
+            if args.kind is None:
+                raise UsageError("give --kind and the event's fields, or --events FILE|-")
+            event = {"kind": args.kind} | {f: getattr(args, f) for f in _EVENT_FIELDS if getattr(args, f) is not None}
+            if "cwd" not in event:
+                event["cwd"] = str(Path.cwd())
+            result = ingest(memory.store, [event], now=now)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(f"stored {result.stored}, already known {result.duplicates}, refused {len(result.refused)}")
+        for where, reason in result.refused:
+            print(f"  refused {where}: {reason}", file=sys.stderr)
+    return 1 if result.refused else 0
+
+
+def _cmd_sleep(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        inbox = drain_inbox(memory.store, memory.home, now=memory.clock.now())
+        report = memory.sleep()
+    if args.json:
+        print(json.dumps(report.to_json() | {"inbox": inbox.to_json()}, ensure_ascii=False))
+        return 0
+    print(f"sleep at {report.started} in space {report.space}")
+    print(f"  inbox      {inbox.stored} new event(s), {len(inbox.refused)} refused")
+    print(f"  embed      {report.embedded} vector(s)")
+    print(f"  decay      {report.decay_days} day(s); archived {report.archived_episodes} episode(s), "
+          f"{report.archived_lessons} lesson(s)")
+    print(f"  lessons    {report.considered} episode(s) considered: {len(report.learned)} new lesson(s), "
+          f"{report.joined} joined, {report.waiting} waiting for a repeat")
+    for item in report.learned:
+        print(f"               + [{item['kind']}] {item['text']}")
+    print(f"  merge      {len(report.merged)} lesson(s) merged into themes")
+    print(f"  verify     {len(report.confirmed)} prediction(s) confirmed, {len(report.failed)} failed")
+    print(f"  predict    {report.predicted} new prediction(s)")
+    return 0
+
+
+def _cmd_lessons(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        origin = load_or_create(memory.home).origin
+        rows = lesson_rows(memory.store, kind=args.kind, include_archived=args.all)
+    for row in rows:
+        state = "archived" if row["archived"] else ("local" if row["origin"] == "" else "candidate")
+        if args.json:
+            print(json.dumps({
+                "hash": row["hash"], "kind": row["kind"], "text": row["text"], "strength": row["strength"],
+                "seen": row["seen"], "state": state, "origin": row["origin"] or origin, "updated": row["updated"],
+                "id": row["id"], "sources": row["sources"], "layer": row["layer"],
+            }, ensure_ascii=False))
+        else:
+            print(f"{row['hash'][:8]}  {row['kind']:<10} {row['strength']:5.2f}  seen {row['seen']:<3} "
+                  f"{state:<9} {row['text']}")
+    return 0
+
+
+def _cmd_recall(args: argparse.Namespace) -> int:
+    if args.k < 1:
+        raise UsageError("-k must be at least 1")
+    with _memory(args) as memory:
+        hits = memory.recall(args.query, k=args.k)
+    for hit in hits:
+        if args.json:
+            print(json.dumps(hit.to_json(), ensure_ascii=False))
+        else:
+            print(f"{hit.score:.3f}  {hit.type:<7} {hit.kind:<11} {hit.text}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
@@ -110,6 +212,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="files of records ('-' or none: standard input)")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("remember", help="store an agent's event (or JSON Lines of events) as an episode",
+                       description="Store one event from flags, or many from --events FILE|- (JSON Lines). "
+                       "Exit status 1 when any event is refused; the others are still stored.")
+    p.add_argument("--kind", choices=EVENT_KINDS)
+    for name in _EVENT_FIELDS:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=name.upper())
+    p.add_argument("--events", metavar="FILE", help="JSON Lines of events ('-': standard input)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_remember)
+
+    p = sub.add_parser("sleep", help="drain the inbox and run the sleep passes now; print what each did")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_sleep)
+
+    p = sub.add_parser("lessons", help="list the lessons this memory holds")
+    p.add_argument("--kind", choices=KINDS)
+    p.add_argument("--all", action="store_true", help="include archived lessons")
+    p.add_argument("--json", action="store_true", help="one JSON object per lesson")
+    p.set_defaults(func=_cmd_lessons)
+
+    p = sub.add_parser("recall", help="the episodes and lessons a query bears on")
+    p.add_argument("query")
+    p.add_argument("-k", type=int, default=5, help="how many (default 5)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_recall)
     return parser
 
 
@@ -124,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"neverestctl: {exc}", file=sys.stderr)
         return 2
-    except IdentityError as exc:
+    except (IdentityError, StoreError, ConfigError) as exc:
         print(f"neverestctl: {exc}", file=sys.stderr)
         return 1
 

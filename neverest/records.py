@@ -25,6 +25,7 @@ a code from the closed set ``REASONS`` and a human message.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -73,6 +74,7 @@ _HEX16 = re.compile(r"[0-9a-f]{16}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)")
 _TYPE_FIELDS: Final = {"hash": "lesson", "confirm": "confirm", "revoke": "revoke"}
 
 
@@ -86,9 +88,13 @@ class RecordError(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """A verified record: the exact bytes received and the fields read from them."""
+    """A verified record: the exact bytes received and the fields read from them.
+
+    Treat it as immutable (it is not frozen only because frozen dataclasses are
+    several times slower to build, and one is built per record received).
+    """
 
     type: RecordType
     raw: bytes  # the canonical line as received, without line ending
@@ -123,6 +129,12 @@ def lesson_hash(kind: str, text: str) -> str:
 def origin_of(public_key: bytes) -> str:
     """A memory's id: the first 8 bytes of SHA-256 of its raw Ed25519 public key, hex."""
     return hashlib.sha256(public_key).digest()[:8].hex()
+
+
+@functools.lru_cache(maxsize=4096)
+def _origin_of_hex(key: str) -> str:
+    # Records arrive from a few hundred origins at most; their fingerprints repeat.
+    return origin_of(bytes.fromhex(key))
 
 
 def canonical(fields: Mapping[str, Any]) -> bytes:
@@ -241,13 +253,13 @@ def _hex(obj: Mapping[str, Any], name: str, pattern: re.Pattern[str], what: str)
 
 def _timestamp(obj: Mapping[str, Any], name: str) -> None:
     value = obj.get(name)
-    if isinstance(value, str) and len(value) <= 40:
+    if isinstance(value, str) and _TIME.fullmatch(value) is not None:
         try:
-            if datetime.fromisoformat(value).tzinfo is not None:
-                return
+            datetime.fromisoformat(value)  # rejects what the pattern lets through: month 13, hour 25...
+            return
         except ValueError:
             pass
-    raise RecordError("bad-field", f"{name} must be an ISO 8601 time with a zone")
+    raise RecordError("bad-field", f"{name} must be an ISO 8601 time with a zone, like 2026-11-21T03:00:00.000000Z")
 
 
 def _positive_int(value: Any) -> bool:
@@ -301,7 +313,7 @@ def _cut_sig(raw: bytes, sig: str) -> bytes:
     at = raw.find(member)
     # The member must appear exactly once, as a top-level member, so that a
     # nested copy in an extension field cannot be the one that gets cut.
-    if at < 1 or raw.find(member, at + 1) != -1:
+    if at < 1 or raw.find(member, at + len(member)) != -1:
         raise RecordError("bad-signature", "sig member not found exactly once")
     end = at + len(member)
     before, after = raw[at - 1 : at], raw[end : end + 1]
@@ -331,8 +343,7 @@ def parse(line: bytes | str) -> Record:
     target = _check_fields(obj, rtype)
     key = _hex(obj, "key", _HEX64, "a 64-hex-digit Ed25519 public key")
     origin = _hex(obj, "origin", _HEX16, "16 lower-case hex digits")
-    public = bytes.fromhex(key)
-    if origin_of(public) != origin:
+    if _origin_of_hex(key) != origin:
         raise RecordError("origin-mismatch", "origin is not the fingerprint of key")
     if rtype == "lesson":
         if lesson_hash(obj["kind"], obj["text"]) != target:
@@ -349,7 +360,7 @@ def parse(line: bytes | str) -> Record:
     try:
         # crypto_sign_open is the primitive under VerifyKey.verify, without its
         # extra copies: this is the hot path of every transport.
-        nacl.bindings.crypto_sign_open(bytes.fromhex(sig) + signed, public)
+        nacl.bindings.crypto_sign_open(bytes.fromhex(sig) + signed, bytes.fromhex(key))
     except (nacl.exceptions.BadSignatureError, ValueError):
         raise RecordError("bad-signature", "signature does not verify over the bytes received") from None
     seq = obj.get("seq")

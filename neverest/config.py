@@ -1,0 +1,87 @@
+"""The one configuration object.
+
+Values come, in order of precedence, from command-line flags, then the
+environment (``NEVEREST_<FIELD>`` in upper case), then ``config.toml`` in the
+home, then the defaults below.  Every duration and size carries its unit in its
+name.  Commands map their flags onto these fields; they never repeat defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from neverest.paths import CONFIG_FILE
+
+
+class ConfigError(Exception):
+    """config.toml or an environment variable holds something unusable."""
+
+
+@dataclass(frozen=True)
+class Config:
+    # The store (DESIGN §6): how long a writer waits for another process's lock.
+    busy_timeout_s: float = 5.0
+    # Optional local models behind OpenAI-compatible URLs (e.g. http://127.0.0.1:11434/v1).
+    # Unset: the deterministic hashed embedding and the template sentences.
+    embed_url: str = ""
+    embed_model: str = ""
+    writer_url: str = ""
+    writer_model: str = ""
+    model_timeout_s: float = 30.0
+    # Sleep thresholds, from the original architecture (seeds/001, DESIGN §6).
+    decay_half_life_days: float = 45.0
+    archive_below: float = 0.15
+    prediction_window_days: float = 14.0
+    predict_min_strength: float = 1.0
+    # Strength steps chosen here (the seeds leave them open; PROTOCOL.md §7 records them).
+    lesson_initial_strength: float = 1.0
+    join_step: float = 0.5
+    confirm_step: float = 0.5
+    fail_step: float = 0.5
+    strength_cap: float = 5.0
+
+
+def _coerce(name: str, kind: type, value: Any) -> Any:
+    try:
+        if kind is float and not isinstance(value, bool):
+            return float(value)
+        if kind is int and not isinstance(value, bool):
+            return int(value)
+        if kind is str:
+            return str(value)
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            return str(value).lower() in ("1", "true", "yes", "on")
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"{name}: {value!r} is not a {kind.__name__}")
+
+
+def load_config(home: Path, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """Defaults < config.toml < NEVEREST_* environment < ``overrides`` (flags; None means unset)."""
+    environ = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = home / CONFIG_FILE
+    if path.exists():
+        try:
+            values.update(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    types = {f.name: (str if f.type == "str" else float if f.type == "float" else int if f.type == "int"
+                      else bool) for f in fields(Config)}
+    unknown = set(values) - set(types)
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}")
+    for name in types:
+        env_value = environ.get(f"NEVEREST_{name.upper()}")
+        if env_value is not None:
+            values[name] = env_value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return dataclasses.replace(Config(), **{k: _coerce(k, types[k], v) for k, v in values.items()})

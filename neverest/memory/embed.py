@@ -1,0 +1,376 @@
+"""Texts as vectors, every vector tagged with the space it lives in.
+
+There are two kinds of space (after the original architecture, seeds/001):
+
+- ``hashed-256``: signed feature hashing of a text's words and adjacent-word bigrams into 256
+  dimensions.  Always there, deterministic, bit-identical across processes and machines.
+- ``model:<name>``: the vectors of an embedding model behind an OpenAI-compatible API
+  (``POST {base_url}/embeddings``), when one is configured and answering.
+
+Vectors of different spaces are never compared, and each space has its own join threshold.  The
+store tags every blob with its space, and a sleep begins by re-embedding whatever is not in the
+current space, so the memory moves to a model when one appears and back when it goes away.
+
+The model fails soft: when a call fails for any reason, ``ModelEmbedder`` returns the hashed
+vectors instead, sets ``last_error``, and stays in the hashed space until ``probe()`` reaches the
+model again.  That latch gives a sleep one space for its whole run:
+
+    space = embedder.probe()               # one request; the hashed space if it fails
+    for batch in texts not in `space`, a few dozen at a time:
+        got = embedder.embed_with_space(batch)
+        if got.space != space:             # the model went away mid-run: leave the rest
+            break                          # for the next sleep, which re-embeds them
+        store got.vectors tagged got.space
+
+``embed_with_space`` always says which space its vectors are in; plain ``embed`` is for callers
+that read ``space`` afterwards (also correct, because of the latch).  Embedders are not shared
+between threads.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import unicodedata
+from collections.abc import Sequence
+from itertools import pairwise
+from types import TracebackType
+from typing import Final, NamedTuple, Protocol, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from neverest.memory.model import Endpoint, ModelClient, ModelError
+
+FloatArray: TypeAlias = npt.NDArray[np.float32]
+
+HASHED_SPACE: Final = "hashed-256"
+DIM: Final = 256
+MODEL_SPACE_PREFIX: Final = "model:"
+
+# Thresholds from the original architecture, seeds/001 (DESIGN §6): an episode joins a lesson
+# when its mean cosine with the lesson's sources reaches 0.55 in the hashed space or 0.62 in a
+# model's space (model spaces put unrelated texts closer together than hashing does); a
+# prediction is verified by an episode at cosine ≥ 0.5, a figure the source gives for the
+# hashed space and that is used in every space.
+HASHED_JOIN_COSINE: Final = 0.55
+MODEL_JOIN_COSINE: Final = 0.62
+VERIFY_COSINE: Final = 0.5
+
+# A bigram counts half a word: enough that word order separates "the cache hides the error"
+# from "the error hides the cache", not so much that one shared phrase outweighs the words.
+# Every weight is a multiple of 1/2, so every sum below is exact in float64 and a vector is
+# bit-identical whatever order numpy or the CPU adds in.
+BIGRAM_WEIGHT: Final = 0.5
+# The hashed space's name pins this function: a change to tokens, weights or hashing must
+# come with a new HASHED_SPACE, or old and new vectors would be compared as if alike.
+_HASH_PERSON: Final = b"neverest-h256"
+_SLOT_CACHE_SIZE: Final = 65536
+
+MAX_MODEL_DIM: Final = 8192
+DEFAULT_BATCH_SIZE: Final = 64  # 64 rows of 8192 numbers is ~13 MB of JSON, within the body limit
+_PROBE_TEXT: Final = "neverest embedding probe"
+_FLOAT32_MAX: Final = float(np.finfo(np.float32).max)
+
+# Words: runs of letters, digits, _, ' and -, with ' and - trimmed from their ends, so that
+# "--no-build-isolation" and "no-build-isolation" are one word and a lone dash is none.
+_TOKEN: Final = re.compile(r"[\w'-]+")
+_EDGE: Final = "'-"
+# Typographic apostrophes and hyphens (a person's macOS keyboard) read as the ASCII ones.
+_FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2010": "-"})
+
+
+class Embedded(NamedTuple):
+    """Vectors (one unit row per text, float32) and the space they are in."""
+
+    space: str
+    vectors: FloatArray
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors and says which space they are in."""
+
+    @property
+    def space(self) -> str:
+        """The space of the vectors the last call returned, and the next will unless it fails."""
+
+    @property
+    def dim(self) -> int | None:
+        """The dimension of that space; None for a model not asked yet."""
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the model could not be used, while it cannot; None otherwise."""
+
+    def probe(self) -> str:
+        """Try the preferred space again and return the space calls are in from now on."""
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """An n × dim float32 matrix of unit rows (zero rows for texts without words)."""
+
+    def embed_with_space(self, texts: Sequence[str]) -> Embedded:
+        """``embed`` together with the space of its vectors."""
+
+    def close(self) -> None:
+        """Release the connections, if any."""
+
+
+def model_space(model: str) -> str:
+    """The name of a model's space."""
+    return MODEL_SPACE_PREFIX + model
+
+
+def join_threshold(space: str) -> float:
+    """The mean cosine at which an episode joins a lesson, in ``space``."""
+    if space == HASHED_SPACE:
+        return HASHED_JOIN_COSINE
+    if space.startswith(MODEL_SPACE_PREFIX):
+        return MODEL_JOIN_COSINE
+    raise ValueError(f"unknown embedding space {space!r}")
+
+
+def _words(text: str) -> list[str]:
+    # NFKC makes the composed and decomposed forms of a letter one (macOS writes file names
+    # decomposed); casefold is the Unicode way to ignore case ("Straße" = "STRASSE").
+    folded = unicodedata.normalize("NFKC", text).translate(_FOLD).casefold()
+    return [word for word in (token.strip(_EDGE) for token in _TOKEN.findall(folded)) if word]
+
+
+@functools.lru_cache(maxsize=_SLOT_CACHE_SIZE)
+def _slot(feature: str) -> tuple[int, float]:
+    """The dimension and sign of a feature.
+
+    BLAKE2b, never Python's ``hash()``, which is salted per process.  The sign comes from
+    another bit of the digest: colliding features then cancel as often as they add, so
+    collisions add noise around zero instead of a bias towards similarity.
+    """
+    digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8, person=_HASH_PERSON).digest()
+    value = int.from_bytes(digest, "little")
+    return value % DIM, (1.0 if (value >> 8) & 1 else -1.0)
+
+
+def _hashed_matrix(texts: Sequence[str]) -> FloatArray:
+    # All texts go into one flat count array with one bincount: per-text numpy calls would
+    # cost more than the hashing.
+    cells: list[int] = []
+    weights: list[float] = []
+    for row, text in enumerate(_checked(texts)):
+        base = row * DIM
+        words = _words(text)
+        for word in words:
+            index, sign = _slot(word)
+            cells.append(base + index)
+            weights.append(sign)
+        for first, second in pairwise(words):
+            # Words hold no space, so a bigram feature never equals a word feature.
+            index, sign = _slot(f"{first} {second}")
+            cells.append(base + index)
+            weights.append(BIGRAM_WEIGHT * sign)
+    counts = np.bincount(np.asarray(cells, dtype=np.intp), weights=weights, minlength=len(texts) * DIM)
+    return unit(counts.reshape(len(texts), DIM))
+
+
+def hashed_vector(text: str) -> FloatArray:
+    """The text's vector in the hashed space: float32, shape (256,), unit norm, or zeros without words."""
+    return _hashed_matrix((text,)).reshape(DIM)
+
+
+class HashedEmbedder:
+    """The hashed space: always available, nothing to fail."""
+
+    space: Final = HASHED_SPACE
+    dim: Final = DIM
+    last_error: Final[str | None] = None
+
+    def probe(self) -> str:
+        return HASHED_SPACE
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        return _hashed_matrix(texts)
+
+    def embed_with_space(self, texts: Sequence[str]) -> Embedded:
+        return Embedded(HASHED_SPACE, _hashed_matrix(texts))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class ModelEmbedder:
+    """A model's space, falling back to the hashed space whenever the model fails.
+
+    Texts are sent ``batch_size`` at a time; a call's vectors are all in one space, so when any
+    batch fails the whole call is answered from the hashed space.  Blank texts are not sent
+    (servers refuse empty inputs) and get zero rows, as texts without words do when hashed.
+    The model's answer is checked: one row per text, indexed 0..n-1 once each, all of one
+    dimension between 1 and 8192 (the same as earlier answers since the last probe), finite
+    float32 numbers.  Rows are scaled to unit length, since not every model returns them so.
+    """
+
+    def __init__(self, endpoint: Endpoint, *, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.endpoint = endpoint
+        self.model_space = model_space(endpoint.model)
+        self.batch_size = batch_size
+        self.last_error: str | None = None
+        self._model_dim: int | None = None
+        self._client = ModelClient(endpoint)
+
+    @property
+    def space(self) -> str:
+        return HASHED_SPACE if self.last_error is not None else self.model_space
+
+    @property
+    def dim(self) -> int | None:
+        return DIM if self.last_error is not None else self._model_dim
+
+    def probe(self) -> str:
+        """Clear the latch, ask the model for one vector, and return the space of the run.
+
+        The model's dimension is learnt afresh, since the server may now serve another build.
+        """
+        self.last_error = None
+        self._model_dim = None
+        return self.embed_with_space([_PROBE_TEXT]).space
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        return self.embed_with_space(texts).vectors
+
+    def embed_with_space(self, texts: Sequence[str]) -> Embedded:
+        if self.last_error is None:
+            try:
+                return Embedded(self.model_space, self._embed_model(_checked(texts)))
+            except ModelError as exc:
+                self.last_error = str(exc)
+        return Embedded(HASHED_SPACE, _hashed_matrix(texts))
+
+    def _embed_model(self, texts: Sequence[str]) -> FloatArray:
+        sent = [i for i, text in enumerate(texts) if text.strip()]
+        parts = [self._request([texts[i] for i in sent[start:start + self.batch_size]])
+                 for start in range(0, len(sent), self.batch_size)]
+        if parts:
+            dim = parts[0].shape[1]
+        else:  # only blank texts: the zero rows still need the model's dimension
+            dim = self._model_dim if self._model_dim is not None else self._request([_PROBE_TEXT]).shape[1]
+        vectors = np.zeros((len(texts), dim), dtype=np.float32)
+        if parts:
+            vectors[sent] = np.concatenate(parts)
+        return vectors
+
+    def _request(self, batch: list[str]) -> FloatArray:
+        answer = self._client.post_json("/embeddings", {"model": self.endpoint.model, "input": batch})
+        vectors = _parse_embeddings(answer, len(batch))
+        dim = vectors.shape[1]
+        if self._model_dim is None:
+            self._model_dim = dim
+        elif dim != self._model_dim:
+            raise ModelError(f"the model answered {dim} dimensions after {self._model_dim}")
+        return vectors
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> ModelEmbedder:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _parse_embeddings(answer: object, count: int) -> FloatArray:
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, list):
+        raise ModelError("the embeddings answer has no data list")
+    if len(data) != count:
+        raise ModelError(f"the embeddings answer has {len(data)} rows for {count} texts")
+    rows: list[object] = [None] * count
+    for position, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ModelError(f"row {position} of the embeddings answer is not an object")
+        index = item.get("index", position)
+        if type(index) is not int or not 0 <= index < count or rows[index] is not None:
+            raise ModelError("the embeddings answer does not index its rows 0..n-1 once each")
+        rows[index] = item.get("embedding")
+    try:
+        # No dtype forced: numpy would turn "1.5" or None into numbers; this way they show up
+        # as a string or object array and are refused below.
+        matrix = np.asarray(rows)
+    except ValueError:
+        raise ModelError("the embeddings differ in dimension") from None
+    if matrix.ndim != 2 or matrix.dtype.kind not in "iuf":
+        raise ModelError("the embeddings are not lists of numbers")
+    if not 1 <= matrix.shape[1] <= MAX_MODEL_DIM:
+        raise ModelError(f"the embeddings have {matrix.shape[1]} dimensions, outside 1..{MAX_MODEL_DIM}")
+    values = matrix.astype(np.float64)
+    if not (np.isfinite(values).all() and np.abs(values).max() <= _FLOAT32_MAX):
+        raise ModelError("the embeddings hold numbers that are not finite float32")
+    return unit(values)
+
+
+def load_embedder(model_url: str | None, model_name: str | None, *, api_key: str | None = None,
+                  batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder:
+    """The configured embedder: a model's when both its URL and name are set, else the hashed one.
+
+    One without the other is a configuration mistake and raises ``ValueError``, as does a
+    malformed URL: configuration errors are loud, only the model's failures are soft.
+    """
+    if model_url is None and model_name is None:
+        return HashedEmbedder()
+    if model_url is None or model_name is None:
+        raise ValueError("an embedding model needs both its URL and its name")
+    return ModelEmbedder(Endpoint(model_url, model_name, api_key=api_key), batch_size=batch_size)
+
+
+def _checked(texts: Sequence[str]) -> Sequence[str]:
+    # A str is a Sequence[str] too: embedding its characters one by one is never meant.
+    if isinstance(texts, str):
+        raise TypeError("embed takes a sequence of texts, not one str")
+    return texts
+
+
+def unit(vectors: npt.ArrayLike) -> FloatArray:
+    """``vectors`` scaled to unit L2 norm along the last axis, as float32; zero rows stay zero."""
+    values = np.asarray(vectors, dtype=np.float64)
+    norms = np.sqrt(np.square(values).sum(axis=-1, keepdims=True))
+    scaled: npt.NDArray[np.float64] = np.divide(values, norms, out=np.zeros_like(values), where=norms > 0)
+    return scaled.astype(np.float32)
+
+
+def cosine(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+    """The cosine of two vectors of one shape; 0.0 when either is zero."""
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"cosine needs two vectors of one length, not shapes {x.shape} and {y.shape}")
+    denominator = float(np.sqrt(np.dot(x, x) * np.dot(y, y)))
+    if denominator == 0.0:
+        return 0.0
+    return max(-1.0, min(1.0, float(np.dot(x, y)) / denominator))
+
+
+def to_blob(vector: npt.ArrayLike) -> bytes:
+    """A vector as bytes for the store: float32, little-endian, on every machine."""
+    values = np.asarray(vector, dtype="<f4")
+    if values.ndim != 1:
+        raise ValueError(f"to_blob takes one vector, not shape {values.shape}")
+    return values.tobytes()
+
+
+def from_blob(blob: bytes) -> FloatArray:
+    """The vector stored by ``to_blob``, as a writable native float32 array."""
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+
+
+def stack(blobs: Sequence[bytes], dim: int) -> FloatArray:
+    """Many stored vectors as one n × dim matrix, with one join and one copy.
+
+    Every blob must hold exactly ``dim`` float32 numbers: one of another length would shift
+    every row after it, so it raises ``ValueError`` naming it.
+    """
+    size = 4 * dim
+    if set(map(len, blobs)) - {size}:
+        bad = next(i for i, blob in enumerate(blobs) if len(blob) != size)
+        raise ValueError(f"blob {bad} has {len(blobs[bad])} bytes, not {size} ({dim} float32 numbers)")
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dim).astype(np.float32)

@@ -1,0 +1,121 @@
+"""Render the memory for agents and for its owner, atomically.
+
+- ``lessons.jsonl``: one lesson per line with the wire §1 fields (id, text, kind,
+  seen, strength, updated) plus its hash and origin;
+- ``lessons.md``: the same lessons for an agent to read, with kind, strength and
+  provenance, headed by the reminder that they are observations, not orders;
+- ``morning.md``: the owner's short report of the last sleep.
+
+Each file is written to a temporary file in the same folder, flushed to disk
+and renamed over the old one, so a reader never sees half a file and a crash
+leaves either the old version or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from neverest.memory.store import Store
+from neverest.paths import LESSONS_FILE
+
+LESSONS_MD = "lessons.md"
+MORNING_MD = "morning.md"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool = False) -> list[dict[str, Any]]:
+    """Lessons as dictionaries, strongest first."""
+    sql = ("SELECT id, hash, kind, text, seen, strength, updated, created, origin, sources, cwd, layer, archived "
+           "FROM lessons WHERE 1 = 1")
+    args: list[Any] = []
+    if not include_archived:
+        sql += " AND archived = 0"
+    if kind:
+        sql += " AND kind = ?"
+        args.append(kind)
+    sql += " ORDER BY strength DESC, id"
+    keys = ("id", "hash", "kind", "text", "seen", "strength", "updated", "created", "origin", "sources", "project",
+            "layer", "archived")
+    out = []
+    for row in store.db.execute(sql, args):
+        item = dict(zip(keys, row, strict=True))
+        item["sources"] = len(json.loads(item["sources"]))
+        item["strength"] = round(item["strength"], 4)
+        item["archived"] = bool(item["archived"])
+        out.append(item)
+    return out
+
+
+def _provenance(lesson: dict[str, Any], own_origin: str) -> str:
+    if lesson["origin"] in ("", own_origin):
+        where = f"learned here from {lesson['sources']} episode(s)"
+        if lesson["project"]:
+            where += " in this project"
+    else:
+        where = f"received from memory {lesson['origin']}"
+    return f"{where}; first {lesson['created'][:10]}, last change {lesson['updated'][:10]}"
+
+
+def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
+    lessons = lesson_rows(store)
+    lines = []
+    for lesson in lessons:
+        lines.append(json.dumps({
+            "id": str(lesson["id"]), "text": lesson["text"], "kind": lesson["kind"], "seen": lesson["seen"],
+            "strength": lesson["strength"], "updated": lesson["updated"], "hash": lesson["hash"],
+            "origin": lesson["origin"] or own_origin,
+        }, ensure_ascii=False))
+    atomic_write(home / LESSONS_FILE, "".join(line + "\n" for line in lines).encode("utf-8"))
+
+    md = ["# Lessons from this machine's memory", "",
+          "Observations from earlier sessions, not instructions: weigh them, then decide for yourself.", ""]
+    for lesson in lessons:
+        md.append(f"- **{lesson['kind']}** (strength {lesson['strength']:.2f}, seen {lesson['seen']}): "
+                  f"{lesson['text']}  ")
+        md.append(f"  _{_provenance(lesson, own_origin)}; hash {lesson['hash']}_")
+    atomic_write(home / LESSONS_MD, ("\n".join(md) + "\n").encode("utf-8"))
+
+    atomic_write(home / MORNING_MD, morning_report(store).encode("utf-8"))
+    return {"lessons": len(lessons)}
+
+
+def morning_report(store: Store) -> str:
+    row = store.db.execute(
+        "SELECT started, report FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
+    if row is None:
+        return "# Morning report\n\nNo sleep has run yet.\n"
+    report = json.loads(row[1])
+    out = [f"# Morning report: sleep of {row[0][:16].replace('T', ' ')} UTC", ""]
+    out.append(f"- learned {len(report['learned'])} lesson(s); {report['joined']} episode(s) joined existing lessons")
+    for item in report["learned"]:
+        out.append(f"  - {item['kind']}: {item['text']}")
+    out.append(f"- predictions confirmed: {len(report['confirmed'])}, failed: {len(report['failed'])}, "
+               f"made: {report['predicted']}")
+    for item in report["confirmed"]:
+        out.append(f"  - confirmed: {item['text']}")
+    for item in report["failed"]:
+        out.append(f"  - failed: {item['text']}")
+    out.append(f"- archived: {report['archived_episodes']} episode(s), {report['archived_lessons']} lesson(s); "
+               f"merged: {len(report['merged'])}")
+    return "\n".join(out) + "\n"

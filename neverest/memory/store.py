@@ -1,0 +1,226 @@
+"""The memory's SQLite store, shared by neverestd and short-lived neverestctl processes.
+
+WAL mode lets readers run while one process writes; ``busy_timeout`` makes a
+writer wait a bounded time for the lock and then fail with ``StoreBusy`` and a
+clear message instead of hanging.  ``synchronous=FULL`` makes every committed
+transaction durable, so an acknowledged write survives kill -9 and power loss.
+
+Every write goes through ``Store.write()``, a ``BEGIN IMMEDIATE`` transaction:
+taking the write lock up front means a transaction never fails half-way on a
+lock upgrade, and a crash at any point leaves either all of it or none.
+
+The schema carries its version in ``PRAGMA user_version`` and migrates forward
+one step at a time (``MIGRATIONS[i]`` takes version i to i+1), so a store made
+by any release opens in every later one; a store from a *newer* release is
+refused rather than misread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from neverest.paths import STORE_FILE, ensure_home
+
+DEFAULT_BUSY_TIMEOUT_S: Final = 5.0
+
+# Version 1.  Column notes:
+# - episodes.id is a hash of (agent, session, kind, key) where key is the event's
+#   title, or its main text when it has none (events.py), so an event is stored once.
+# - episodes.pending is 1 until the consolidation pass has considered the episode:
+#   sleep work is proportional to what is new, not to the size of the store.
+# - embeddings are float32 vectors as bytes, tagged with the space they live in.
+# - lessons.origin is '' for this memory's own lessons, else the publishing origin;
+#   lessons.centroid is the mean of the source episodes' vectors, so that the mean
+#   cosine of an episode with a lesson's sources is one dot product.
+# - records keeps every valid wire record exactly as received (sharing, issue 4).
+_SCHEMA_V1: Final = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE episodes (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    agent TEXT NOT NULL DEFAULT '',
+    session TEXT NOT NULL DEFAULT '',
+    cwd TEXT NOT NULL DEFAULT '',
+    title TEXT NOT NULL DEFAULT '',
+    said TEXT NOT NULL DEFAULT '',
+    agent_did TEXT NOT NULL DEFAULT '',
+    expected TEXT NOT NULL DEFAULT '',
+    happened TEXT NOT NULL DEFAULT '',
+    text TEXT NOT NULL DEFAULT '',
+    gist TEXT NOT NULL,
+    at TEXT NOT NULL,
+    created TEXT NOT NULL,
+    strength REAL NOT NULL DEFAULT 1.0,
+    recalls INTEGER NOT NULL DEFAULT 0,
+    last_touched TEXT,
+    archived INTEGER NOT NULL DEFAULT 0,
+    pending INTEGER NOT NULL DEFAULT 1,
+    lesson_id INTEGER,
+    space TEXT,
+    embedding BLOB
+);
+CREATE INDEX episodes_pending ON episodes(pending) WHERE pending = 1;
+CREATE INDEX episodes_kind_at ON episodes(kind, at);
+CREATE INDEX episodes_unembedded ON episodes(space);
+CREATE TABLE lessons (
+    id INTEGER PRIMARY KEY,
+    hash TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    cwd TEXT NOT NULL DEFAULT '',
+    strength REAL NOT NULL,
+    seen INTEGER NOT NULL,
+    sources TEXT NOT NULL DEFAULT '[]',
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    origin TEXT NOT NULL DEFAULT '',
+    origins TEXT NOT NULL DEFAULT '[]',
+    layer TEXT NOT NULL DEFAULT 'personal',
+    archived INTEGER NOT NULL DEFAULT 0,
+    space TEXT,
+    embedding BLOB,
+    centroid BLOB
+);
+CREATE INDEX lessons_hash ON lessons(hash);
+CREATE TABLE predictions (
+    id INTEGER PRIMARY KEY,
+    lesson_id INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    made TEXT NOT NULL,
+    resolved TEXT,
+    outcome TEXT,
+    episode_id TEXT,
+    space TEXT,
+    embedding BLOB
+);
+CREATE INDEX predictions_open ON predictions(lesson_id) WHERE resolved IS NULL;
+CREATE TABLE aliases (old INTEGER NOT NULL, new INTEGER NOT NULL, at TEXT NOT NULL, created TEXT NOT NULL);
+CREATE TABLE sleeps (id INTEGER PRIMARY KEY, started TEXT NOT NULL, finished TEXT, report TEXT);
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY,
+    origin TEXT NOT NULL,
+    seq INTEGER,
+    type TEXT NOT NULL,
+    target TEXT NOT NULL,
+    raw BLOB NOT NULL,
+    source TEXT NOT NULL,
+    received TEXT NOT NULL
+);
+CREATE INDEX records_origin_seq ON records(origin, seq);
+CREATE INDEX records_origin_target ON records(origin, target);
+CREATE INDEX records_target ON records(target);
+CREATE TABLE peers (
+    origin TEXT PRIMARY KEY,
+    addresses TEXT NOT NULL DEFAULT '[]',
+    source TEXT NOT NULL,
+    last_seen TEXT,
+    score REAL NOT NULL DEFAULT 0
+);
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1,)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message says why and what to do."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the write lock for longer than the busy timeout."""
+
+
+class Store:
+    """One connection to memory.db.  Not shared between threads."""
+
+    def __init__(self, path: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves (see write()).
+        self.db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
+                                  check_same_thread=False)
+        try:
+            self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = FULL")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.OperationalError as exc:
+            self.db.close()
+            raise self._explain(exc) from None
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _explain(self, exc: sqlite3.OperationalError) -> StoreError:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return StoreBusy(
+                f"the store {self.path} stayed locked by another process for {self.busy_timeout_s:g} s; "
+                "a sleep or a large import may be running: try again shortly"
+            )
+        return StoreError(f"cannot use the store {self.path}: {exc}")
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the store {self.path} has schema version {version}, made by a newer Neverest "
+                f"(this one knows up to {SCHEMA_VERSION}); upgrade Neverest to open it"
+            )
+        while version < SCHEMA_VERSION:
+            with self.write() as db:
+                # Re-read under the write lock: another process may have migrated meanwhile.
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version >= SCHEMA_VERSION:
+                    break
+                for statement in MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                version += 1
+                db.execute(f"PRAGMA user_version = {version}")
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: committed on normal exit, rolled back on any exception."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._explain(exc) from None
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self.db.execute("ROLLBACK")
+            raise self._explain(exc) from None
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else str(row[0])
+
+    @staticmethod
+    def set_meta(db: sqlite3.Connection, key: str, value: str) -> None:
+        """Set a meta value inside an open write transaction."""
+        db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                   (key, value))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(home: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Store:
+    """The store in ``home``, created and migrated as needed."""
+    return Store(ensure_home(home) / STORE_FILE, busy_timeout_s=busy_timeout_s)

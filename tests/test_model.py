@@ -1,0 +1,364 @@
+"""The model clients against a real OpenAI-compatible server on 127.0.0.1 that misbehaves on request.
+
+Every failure must fail soft: the embedder answers from the hashed space and says why in
+``last_error``, the writer answers None; neither ever raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, ModelEmbedder, unit
+from neverest.memory.model import MAX_ANSWER_CHARS, Endpoint, Writer
+
+MODEL = "tiny"
+TEXTS = ["pip install fails without --no-build-isolation", "the person prefers tabs", "pytest hangs on CI"]
+
+
+def model_row(text: str, dim: int) -> list[float]:
+    """The fake model's vector for a text: deterministic, not unit length (the client scales it)."""
+    digest = hashlib.sha256(text.encode()).digest() * (dim // 32 + 1)
+    return [byte - 127.5 for byte in digest[:dim]]
+
+
+class FakeModelServer(ThreadingHTTPServer):
+    """Serves /v1/embeddings and /v1/chat/completions; ``mode`` chooses how it (mis)behaves."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.mode = "ok"
+        self.dim = 8
+        self.delay_s = 3.0
+        self.reply = "The build fails without the flag."
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up on a slow answer breaks the pipe; that is the test's point."""
+
+    def answer(self, path: str, request: Any) -> tuple[int, bytes]:
+        mode = self.mode
+        if mode == "500":
+            return 500, b'{"error": {"message": "the model exploded"}}'
+        if mode == "garbage":
+            return 200, b'{"data": [oops'
+        if mode == "big":
+            return 200, b'{"data": [], "pad": "' + b"x" * 100_000 + b'"}'
+        if path.endswith("/chat/completions"):
+            if mode == "no-content":
+                return 200, json.dumps({"choices": [{"message": {"role": "assistant"}}]}).encode()
+            message = {"role": "assistant", "content": self.reply}
+            return 200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode()
+        texts = request["input"]
+        data: list[Any] = [{"object": "embedding", "index": i, "embedding": model_row(t, self.dim)}
+                           for i, t in enumerate(texts)]
+        if mode == "reversed":
+            data.reverse()
+        elif mode == "rows":
+            data = data[:-1]
+        elif mode == "nan":
+            data[0]["embedding"][0] = float("nan")  # json.dumps writes the non-JSON token NaN
+        elif mode == "infinity":
+            data[0]["embedding"][0] = "INFINITY"  # replaced below by a number that parses as inf
+        elif mode == "float32-overflow":
+            data[0]["embedding"][0] = 1e300
+        elif mode == "ragged":
+            data[0]["embedding"].append(1.0)
+        elif mode == "strings":
+            data[0]["embedding"] = [str(x) for x in data[0]["embedding"]]
+        elif mode == "nulls":
+            data[0]["embedding"][0] = None
+        elif mode == "index":
+            for item in data:
+                item["index"] = 0
+        elif mode == "not-object":
+            data[0] = [1.0] * self.dim
+        elif mode == "no-data":
+            return 200, json.dumps({"object": "list"}).encode()
+        body = json.dumps({"object": "list", "data": data, "model": request["model"]}).encode()
+        return 200, body.replace(b'"INFINITY"', b"1e999")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeModelServer
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append((self.path, dict(self.headers), request))
+        mode = self.server.mode
+        if mode == "slow":
+            time.sleep(self.server.delay_s)
+        if mode == "trickle":  # declares a body, then sends it a byte every 0.1 s
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(30):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.1)
+            return
+        status, body = self.server.answer(self.path, request)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if mode != "big-stream":  # without a length, the body ends when the connection closes
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body if mode != "big-stream" else b" " * 100_000 + body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def server() -> Iterator[FakeModelServer]:
+    srv = FakeModelServer()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def expected(texts: list[str], dim: int = 8) -> np.ndarray:
+    return unit([model_row(t, dim) for t in texts])
+
+
+# --- the embedder, when the model answers -------------------------------------------------------
+
+
+def test_embeds_in_the_model_space(server: FakeModelServer) -> None:
+    embedder = ModelEmbedder(Endpoint(server.url, MODEL, api_key="sekrit"))
+    assert embedder.probe() == "model:tiny"
+    got = embedder.embed_with_space(TEXTS)
+    assert got.space == embedder.space == "model:tiny"
+    assert embedder.last_error is None and embedder.dim == 8
+    assert got.vectors.dtype == np.float32 and got.vectors.shape == (3, 8)
+    np.testing.assert_allclose(np.linalg.norm(got.vectors, axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(got.vectors, expected(TEXTS))
+    path, headers, request = server.requests[-1]
+    assert path == "/v1/embeddings"
+    assert request == {"model": MODEL, "input": TEXTS}
+    assert headers["Authorization"] == "Bearer sekrit"
+    embedder.close()
+
+
+def test_batches_and_never_sends_blank_texts(server: FakeModelServer) -> None:
+    texts = ["alpha", "", "beta", "  \n", "gamma"]
+    with ModelEmbedder(Endpoint(server.url, MODEL), batch_size=2) as embedder:
+        vectors = embedder.embed(texts)
+    assert [r[2]["input"] for r in server.requests] == [["alpha", "beta"], ["gamma"]]
+    assert "Authorization" not in server.requests[0][1]
+    assert not vectors[1].any() and not vectors[3].any()
+    np.testing.assert_array_equal(vectors[[0, 2, 4]], expected(["alpha", "beta", "gamma"]))
+
+
+def test_only_blank_texts_still_get_the_model_dimension(server: FakeModelServer) -> None:
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        got = embedder.embed_with_space(["", " "])
+    assert got.space == "model:tiny" and got.vectors.shape == (2, 8) and not got.vectors.any()
+    assert len(server.requests) == 1  # one probe, to learn the dimension
+
+
+def test_rows_are_placed_by_their_index(server: FakeModelServer) -> None:
+    server.mode = "reversed"
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        np.testing.assert_array_equal(embedder.embed(TEXTS), expected(TEXTS))
+
+
+def test_empty_input_makes_no_request_once_the_dimension_is_known(server: FakeModelServer) -> None:
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        embedder.probe()
+        assert embedder.embed([]).shape == (0, 8)
+    assert len(server.requests) == 1
+
+
+# --- the embedder, when the model fails ----------------------------------------------------------
+
+
+def assert_fell_back(embedder: ModelEmbedder, texts: list[str], reason: str) -> None:
+    got = embedder.embed_with_space(texts)
+    assert got.space == embedder.space == HASHED_SPACE
+    assert embedder.dim == 256
+    np.testing.assert_array_equal(got.vectors, HashedEmbedder().embed(texts))
+    assert embedder.last_error is not None and reason in embedder.last_error, embedder.last_error
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("500", "HTTP 500"),
+    ("garbage", "not valid JSON"),
+    ("no-data", "no data list"),
+    ("rows", "2 rows for 3 texts"),
+    ("index", "0..n-1 once each"),
+    ("not-object", "not an object"),
+    ("nan", "not valid JSON"),
+    ("infinity", "not finite"),
+    ("float32-overflow", "not finite"),
+    ("ragged", "differ in dimension"),
+    ("strings", "not lists of numbers"),
+    ("nulls", "not lists of numbers"),
+    ("big", "over the 65536-byte limit"),
+    ("big-stream", "over the 65536-byte limit"),
+])
+def test_a_bad_answer_falls_back_to_the_hashed_space(server: FakeModelServer, mode: str, reason: str) -> None:
+    server.mode = mode
+    with ModelEmbedder(Endpoint(server.url, MODEL, max_body_bytes=65536)) as embedder:
+        assert_fell_back(embedder, TEXTS, reason)
+
+
+def test_the_error_body_is_quoted_in_the_reason(server: FakeModelServer) -> None:
+    server.mode = "500"
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        assert_fell_back(embedder, TEXTS, "the model exploded")
+
+
+def test_connection_refused_falls_back() -> None:
+    with ModelEmbedder(Endpoint(closed_port_url(), MODEL)) as embedder:
+        assert embedder.probe() == HASHED_SPACE
+        assert_fell_back(embedder, TEXTS, "cannot reach")
+
+
+def test_a_slow_model_times_out_and_falls_back(server: FakeModelServer) -> None:
+    server.mode = "slow"
+    started = time.monotonic()
+    with ModelEmbedder(Endpoint(server.url, MODEL, read_timeout_s=0.3)) as embedder:
+        assert_fell_back(embedder, TEXTS, "timed out")
+    assert time.monotonic() - started < server.delay_s - 0.5
+
+
+def test_a_trickling_answer_hits_the_total_timeout(server: FakeModelServer) -> None:
+    server.mode = "trickle"
+    started = time.monotonic()
+    with ModelEmbedder(Endpoint(server.url, MODEL, read_timeout_s=1.0, total_timeout_s=0.5)) as embedder:
+        assert_fell_back(embedder, TEXTS, "took over 0.5 s")
+    assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize(("dim", "reason"), [(16, "16 dimensions after 8"), (8193, "outside 1..8192")])
+def test_a_change_of_dimension_falls_back(server: FakeModelServer, dim: int, reason: str) -> None:
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        assert embedder.probe() == "model:tiny"
+        server.dim = dim
+        assert_fell_back(embedder, TEXTS, reason)
+
+
+def test_a_failure_latches_the_hashed_space_until_the_next_probe(server: FakeModelServer) -> None:
+    """A sleep's run stays in one space: after a failure no call waits on the model again."""
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        server.mode = "500"
+        assert embedder.probe() == HASHED_SPACE
+        server.mode = "ok"
+        sent = len(server.requests)
+        assert_fell_back(embedder, TEXTS, "HTTP 500")
+        assert len(server.requests) == sent
+        assert embedder.probe() == "model:tiny"
+        assert embedder.last_error is None
+        np.testing.assert_array_equal(embedder.embed(TEXTS), expected(TEXTS))
+
+
+def test_a_failing_batch_puts_the_whole_call_in_the_hashed_space(server: FakeModelServer) -> None:
+    with ModelEmbedder(Endpoint(server.url, MODEL), batch_size=2) as embedder:
+        embedder.probe()
+        server.dim = 9  # every batch after the probe now disagrees with it
+        assert_fell_back(embedder, TEXTS, "9 dimensions after 8")
+
+
+def test_a_str_is_not_a_list_of_texts(server: FakeModelServer) -> None:
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder, pytest.raises(TypeError):
+        embedder.embed("one text")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"base_url": "ftp://127.0.0.1/v1"},
+    {"base_url": "http:///v1"},
+    {"model": "  "},
+    {"api_key": "clé"},
+    {"read_timeout_s": 0},
+    {"max_body_bytes": -1},
+])
+def test_a_misconfigured_endpoint_is_refused_loudly(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        Endpoint(**{"base_url": "http://127.0.0.1:11434/v1", "model": MODEL, **kwargs})
+
+
+# --- the writer --------------------------------------------------------------------------------
+
+
+def test_writes_one_line(server: FakeModelServer) -> None:
+    server.reply = "\n  The build fails   without the flag.  \nA second line that is dropped."
+    with Writer(Endpoint(server.url, "writer", api_key="k"), max_tokens=50) as writer:
+        assert writer.write("What happened?", "Answer with one observation.") == "The build fails without the flag."
+        assert writer.last_error is None
+    path, headers, request = server.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert headers["Authorization"] == "Bearer k"
+    assert request == {
+        "model": "writer",
+        "messages": [{"role": "system", "content": "Answer with one observation."},
+                     {"role": "user", "content": "What happened?"}],
+        "temperature": 0,
+        "max_tokens": 50,
+    }
+
+
+def test_thinking_and_control_characters_are_removed(server: FakeModelServer) -> None:
+    server.reply = "<think>\nThe user wants...\n</think>\n\nThe\x1b[31m build\ttimes out."
+    with Writer(Endpoint(server.url, "writer")) as writer:
+        assert writer.write("p", "s") == "The [31m build times out."
+
+
+def test_a_long_answer_is_cut_at_a_word(server: FakeModelServer) -> None:
+    server.reply = " ".join(["observation"] * 100)
+    with Writer(Endpoint(server.url, "writer")) as writer:
+        line = writer.write("p", "s")
+    assert line is not None and len(line) <= MAX_ANSWER_CHARS
+    assert line == " ".join(["observation"] * 25)  # 25 × "observation " is exactly 300 characters
+    server.reply = "x" * 1000  # no space to cut at
+    with Writer(Endpoint(server.url, "writer")) as writer:
+        assert writer.write("p", "s") == "x" * MAX_ANSWER_CHARS
+
+
+@pytest.mark.parametrize(("mode", "reply", "reason"), [
+    ("500", "", "HTTP 500"),
+    ("garbage", "", "not valid JSON"),
+    ("big", "", "over the 65536-byte limit"),
+    ("no-content", "", "no choices[0].message.content"),
+    ("ok", " \n\t\n", "empty"),
+    ("ok", "<think>only thinking</think>", "empty"),
+    ("slow", "", "timed out"),
+])
+def test_the_writer_fails_soft(server: FakeModelServer, mode: str, reply: str, reason: str) -> None:
+    server.mode = mode
+    server.reply = reply
+    endpoint = Endpoint(server.url, "writer", read_timeout_s=0.3, max_body_bytes=65536)
+    with Writer(endpoint) as writer:
+        assert writer.write("p", "s") is None
+        assert writer.last_error is not None and reason in writer.last_error, writer.last_error
+        server.mode, server.reply = "ok", "It works again."
+        assert writer.write("p", "s") == "It works again."
+        assert writer.last_error is None
+
+
+def test_the_writer_fails_soft_when_nothing_listens() -> None:
+    with Writer(Endpoint(closed_port_url(), "writer")) as writer:
+        assert writer.write("p", "s") is None
+        assert writer.last_error is not None and "cannot reach" in writer.last_error

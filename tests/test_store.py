@@ -1,0 +1,68 @@
+"""The SQLite store: WAL, bounded lock waits, forward migration, refusal of newer schemas."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from neverest.memory.store import SCHEMA_VERSION, StoreBusy, StoreError, open_store
+
+
+def test_new_store_is_wal_and_versioned(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        tables = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"episodes", "lessons", "predictions", "aliases", "records", "peers", "meta"} <= tables
+
+
+def test_reopen_keeps_data_and_does_not_migrate_twice(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store, store.write() as db:
+        store.set_meta(db, "x", "1")
+    with open_store(tmp_path) as store:
+        assert store.get_meta("x") == "1"
+
+
+def test_store_from_a_newer_release_is_refused(tmp_path: Path) -> None:
+    open_store(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "memory.db")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(StoreError, match="newer Neverest"):
+        open_store(tmp_path)
+
+
+def test_write_rolls_back_on_error(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        with pytest.raises(RuntimeError), store.write() as db:
+            store.set_meta(db, "y", "1")
+            raise RuntimeError("boom")
+        assert store.get_meta("y") is None
+
+
+def test_lock_held_by_another_process_gives_a_bounded_wait_and_a_clear_message(tmp_path: Path) -> None:
+    open_store(tmp_path).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys, time\n"
+         f"db = sqlite3.connect({str(tmp_path / 'memory.db')!r}, isolation_level=None)\n"
+         "db.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with open_store(tmp_path, busy_timeout_s=0.3) as store:
+            start = time.monotonic()
+            with pytest.raises(StoreBusy, match="locked by another process"), store.write():
+                pass
+            assert time.monotonic() - start < 5
+            # Readers are not blocked by a writer in WAL mode.
+            assert store.get_meta("anything") is None
+    finally:
+        holder.kill()
+        holder.wait()
