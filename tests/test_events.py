@@ -188,7 +188,7 @@ def test_a_10_mb_field_is_cut_to_max_field_chars(store: Store) -> None:
     assert result.stored == 1
     [(happened, gist)] = rows(store, "happened", "gist")
     assert happened == trace[:MAX_FIELD_CHARS]
-    assert len(gist) == MAX_GIST_CHARS and gist.startswith("build: Traceback")
+    assert isinstance(gist, str) and len(gist) == MAX_GIST_CHARS and gist.startswith("build: Traceback")
 
 
 def test_a_2_mb_line_is_refused_and_the_lines_after_it_are_stored(store: Store) -> None:

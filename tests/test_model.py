@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, ModelEmbedder, unit
+from neverest.memory.embed import HASHED_SPACE, MAX_MODEL_TEXT_CHARS, HashedEmbedder, ModelEmbedder, unit
 from neverest.memory.model import MAX_ANSWER_CHARS, Endpoint, Writer
 
 MODEL = "tiny"
@@ -27,7 +27,7 @@ TEXTS = ["pip install fails without --no-build-isolation", "the person prefers t
 
 def model_row(text: str, dim: int) -> list[float]:
     """The fake model's vector for a text: deterministic, not unit length (the client scales it)."""
-    digest = hashlib.sha256(text.encode()).digest() * (dim // 32 + 1)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() * (dim // 32 + 1)
     return [byte - 127.5 for byte in digest[:dim]]
 
 
@@ -185,6 +185,17 @@ def test_rows_are_placed_by_their_index(server: FakeModelServer) -> None:
         np.testing.assert_array_equal(embedder.embed(TEXTS), expected(TEXTS))
 
 
+def test_awkward_texts_still_reach_the_model(server: FakeModelServer) -> None:
+    """One odd text must not cost the whole batch its model space."""
+    surrogate = "no module named caf\udce9"  # a file name decoded with surrogateescape
+    long = "word " * 5000
+    with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
+        got = embedder.embed_with_space([surrogate, long])
+    assert got.space == "model:tiny", embedder.last_error
+    assert server.requests[-1][2]["input"] == [surrogate, long[:MAX_MODEL_TEXT_CHARS]]
+    np.testing.assert_array_equal(got.vectors, expected([surrogate, long[:MAX_MODEL_TEXT_CHARS]]))
+
+
 def test_empty_input_makes_no_request_once_the_dimension_is_known(server: FakeModelServer) -> None:
     with ModelEmbedder(Endpoint(server.url, MODEL)) as embedder:
         embedder.probe()
@@ -213,7 +224,7 @@ def assert_fell_back(embedder: ModelEmbedder, texts: list[str], reason: str) -> 
     ("nan", "not valid JSON"),
     ("infinity", "not finite"),
     ("float32-overflow", "not finite"),
-    ("ragged", "differ in dimension"),
+    ("ragged", "not rows of one length"),
     ("strings", "not lists of numbers"),
     ("nulls", "not lists of numbers"),
     ("big", "over the 65536-byte limit"),

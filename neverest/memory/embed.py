@@ -13,18 +13,18 @@ current space, so the memory moves to a model when one appears and back when it 
 
 The model fails soft: when a call fails for any reason, ``ModelEmbedder`` returns the hashed
 vectors instead, sets ``last_error``, and stays in the hashed space until ``probe()`` reaches the
-model again.  That latch gives a sleep one space for its whole run:
+model again, so that a run that lost its model does not wait on every later call.  A sleep
+therefore goes:
 
-    space = embedder.probe()               # one request; the hashed space if it fails
-    for batch in texts not in `space`, a few dozen at a time:
-        got = embedder.embed_with_space(batch)
-        if got.space != space:             # the model went away mid-run: leave the rest
-            break                          # for the next sleep, which re-embeds them
-        store got.vectors tagged got.space
+    embedder.probe()                       # one request; on failure the hashed space, latched
+    while some texts are not in embedder.space:
+        space, vectors = embedder.embed_with_space(next batch of them)
+        store the vectors tagged with `space`
+    space = embedder.space                 # the space of this run: it can only have fallen
+                                           # from the model's to the hashed, never back
 
-``embed_with_space`` always says which space its vectors are in; plain ``embed`` is for callers
-that read ``space`` afterwards (also correct, because of the latch).  Embedders are not shared
-between threads.
+``embed_with_space`` always says which space its vectors are in; reading ``space`` after a
+plain ``embed`` is also right, because of the latch.  Embedders are not shared between threads.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ HASHED_JOIN_COSINE: Final = 0.55
 MODEL_JOIN_COSINE: Final = 0.62
 VERIFY_COSINE: Final = 0.5
 
-# A bigram counts half a word: enough that word order separates "the cache hides the error"
-# from "the error hides the cache", not so much that one shared phrase outweighs the words.
+# A bigram counts half a word: enough that word order counts ("cache hides error" and "error
+# hides cache" are at cosine 0.86, not 1), not so much that one shared phrase outweighs the words.
 # Every weight is a multiple of 1/2, so every sum below is exact in float64 and a vector is
 # bit-identical whatever order numpy or the CPU adds in.
 BIGRAM_WEIGHT: Final = 0.5
@@ -71,12 +71,15 @@ _SLOT_CACHE_SIZE: Final = 65536
 MAX_MODEL_DIM: Final = 8192
 DEFAULT_BATCH_SIZE: Final = 64  # 64 rows of 8192 numbers is ~13 MB of JSON, within the body limit
 _PROBE_TEXT: Final = "neverest embedding probe"
+# Episodes are a title and a gist; a text far longer than that would only risk a server that
+# refuses it over its context length, and with it the whole batch.
+MAX_MODEL_TEXT_CHARS: Final = 8192
 _FLOAT32_MAX: Final = float(np.finfo(np.float32).max)
 
-# Words: runs of letters, digits, _, ' and -, with ' and - trimmed from their ends, so that
-# "--no-build-isolation" and "no-build-isolation" are one word and a lone dash is none.
-_TOKEN: Final = re.compile(r"[\w'-]+")
-_EDGE: Final = "'-"
+# Words: runs of letters, digits, _, ' and - that begin and end with a letter, digit or _, so
+# that "--no-build-isolation" and "no-build-isolation" are one word, "don't" is one, and a
+# lone dash or quote is none.
+_WORD: Final = re.compile(r"\w(?:[\w'-]*\w)?")
 # Typographic apostrophes and hyphens (a person's macOS keyboard) read as the ASCII ones.
 _FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2010": "-"})
 
@@ -131,10 +134,11 @@ def join_threshold(space: str) -> float:
 
 
 def _words(text: str) -> list[str]:
+    if text.isascii():  # the common case, where the three steps below are just lower()
+        return _WORD.findall(text.lower())
     # NFKC makes the composed and decomposed forms of a letter one (macOS writes file names
     # decomposed); casefold is the Unicode way to ignore case ("Straße" = "STRASSE").
-    folded = unicodedata.normalize("NFKC", text).translate(_FOLD).casefold()
-    return [word for word in (token.strip(_EDGE) for token in _TOKEN.findall(folded)) if word]
+    return _WORD.findall(unicodedata.normalize("NFKC", text).translate(_FOLD).casefold())
 
 
 @functools.lru_cache(maxsize=_SLOT_CACHE_SIZE)
@@ -199,9 +203,10 @@ class HashedEmbedder:
 class ModelEmbedder:
     """A model's space, falling back to the hashed space whenever the model fails.
 
-    Texts are sent ``batch_size`` at a time; a call's vectors are all in one space, so when any
-    batch fails the whole call is answered from the hashed space.  Blank texts are not sent
-    (servers refuse empty inputs) and get zero rows, as texts without words do when hashed.
+    Texts are sent ``batch_size`` at a time, each cut to ``MAX_MODEL_TEXT_CHARS``; a call's
+    vectors are all in one space, so when any batch fails the whole call is answered from the
+    hashed space.  Blank texts are not sent (servers refuse empty inputs) and get zero rows, as
+    texts without words do when hashed.
     The model's answer is checked: one row per text, indexed 0..n-1 once each, all of one
     dimension between 1 and 8192 (the same as earlier answers since the last probe), finite
     float32 numbers.  Rows are scaled to unit length, since not every model returns them so.
@@ -247,7 +252,7 @@ class ModelEmbedder:
 
     def _embed_model(self, texts: Sequence[str]) -> FloatArray:
         sent = [i for i, text in enumerate(texts) if text.strip()]
-        parts = [self._request([texts[i] for i in sent[start:start + self.batch_size]])
+        parts = [self._request([texts[i][:MAX_MODEL_TEXT_CHARS] for i in sent[start:start + self.batch_size]])
                  for start in range(0, len(sent), self.batch_size)]
         if parts:
             dim = parts[0].shape[1]
@@ -298,7 +303,7 @@ def _parse_embeddings(answer: object, count: int) -> FloatArray:
         # as a string or object array and are refused below.
         matrix = np.asarray(rows)
     except ValueError:
-        raise ModelError("the embeddings differ in dimension") from None
+        raise ModelError("the embeddings are not rows of one length") from None
     if matrix.ndim != 2 or matrix.dtype.kind not in "iuf":
         raise ModelError("the embeddings are not lists of numbers")
     if not 1 <= matrix.shape[1] <= MAX_MODEL_DIM:

@@ -20,8 +20,10 @@ safety detector, so this module never imports it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import ssl
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -44,6 +46,7 @@ DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 MAX_ANSWER_CHARS: Final = 300
 DEFAULT_MAX_TOKENS: Final = 120
 
+_JSON_BODY: Final = {"Content-Type": "application/json"}
 _ERROR_BODY_BYTES: Final = 2048  # how much of an error response is read for the message
 _ERROR_SNIPPET_CHARS: Final = 200
 _LINE_HEAD_CHARS: Final = 8 * MAX_ANSWER_CHARS  # room for white space that collapses
@@ -90,7 +93,7 @@ class Endpoint:
 class ModelClient:
     """A synchronous client for one OpenAI-compatible server.  Not shared between threads."""
 
-    def __init__(self, endpoint: Endpoint, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if endpoint.api_key:
@@ -99,7 +102,7 @@ class ModelClient:
             headers=headers,
             timeout=httpx.Timeout(endpoint.read_timeout_s, connect=endpoint.connect_timeout_s),
             follow_redirects=False,
-            transport=transport,
+            verify=_tls_context(),
         )
 
     def post_json(self, path: str, payload: Mapping[str, object]) -> object:
@@ -110,18 +113,21 @@ class ModelClient:
         url = self.endpoint.base_url.rstrip("/") + path
         deadline = time.monotonic() + self.endpoint.total_timeout_s
         try:
-            with self._client.stream("POST", url, json=payload) as response:
+            # ensure_ascii: a lone surrogate (a file name decoded with surrogateescape) becomes
+            # an escape the server can cope with, where UTF-8 encoding would fail the call.
+            body = json.dumps(payload, ensure_ascii=True).encode("ascii")
+            with self._client.stream("POST", url, content=body, headers=_JSON_BODY) as response:
                 if response.status_code != 200:
                     raise ModelError(f"HTTP {response.status_code} from {url}{self._error_detail(response)}")
-                body = self._read_bounded(response, url, deadline)
-            return json.loads(body, parse_constant=_refuse_constant)
+                answer = self._read_bounded(response, url, deadline)
+            return json.loads(answer, parse_constant=_refuse_constant)
         except httpx.TimeoutException as exc:
             raise ModelError(f"timed out talking to {url} ({type(exc).__name__})") from None
         except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
             raise ModelError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
         except RecursionError:
             raise ModelError(f"the answer from {url} is JSON nested too deeply") from None
-        except ValueError as exc:  # json, UTF-8, and header encoding errors all land here
+        except ValueError as exc:  # JSON and UTF-8 errors in the answer
             raise ModelError(f"the answer from {url} is not valid JSON: {exc}") from None
 
     def _read_bounded(self, response: httpx.Response, url: str, deadline: float) -> bytes:
@@ -173,12 +179,11 @@ class Writer:
     sets ``last_error``; a success clears it.
     """
 
-    def __init__(self, endpoint: Endpoint, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, endpoint: Endpoint, *, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         self.endpoint = endpoint
         self.max_tokens = max_tokens
         self.last_error: str | None = None
-        self._client = ModelClient(endpoint, transport=transport)
+        self._client = ModelClient(endpoint)
 
     def write(self, prompt: str, system: str) -> str | None:
         payload = {
@@ -204,6 +209,13 @@ class Writer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle takes ~50 ms, which every new client would otherwise pay again
+    # (the memory makes one per sleep or recall); one context serves them all.
+    return httpx.create_ssl_context()
 
 
 def _refuse_constant(name: str) -> NoReturn:

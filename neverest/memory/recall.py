@@ -50,11 +50,12 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
     """The top ``k`` episodes and lessons for ``query``; touches the episodes returned."""
     q = embedder.embed([query])[0]
     episodes = store.db.execute(
-        "SELECT id, kind, gist, strength, at, embedding FROM episodes WHERE archived = 0 AND space = ?",
-        (embedder.space,),
+        "SELECT id, kind, gist, strength, at, embedding FROM episodes WHERE archived = 0 AND space = ? "
+        "AND embedding IS NOT NULL", (embedder.space,),
     ).fetchall()
     lessons = store.db.execute(
-        "SELECT id, kind, text, strength, updated, embedding FROM lessons WHERE archived = 0 AND space = ?",
+        "SELECT id, kind, text, strength, updated, embedding FROM lessons WHERE archived = 0 AND space = ? "
+        "AND embedding IS NOT NULL",
         (embedder.space,),
     ).fetchall()
     rows = [("episode", *r) for r in episodes] + [("lesson", *r) for r in lessons]

@@ -455,6 +455,7 @@ def sleep(store: Store, *, now: datetime, embedder: Embedder, config: Config,
     decay_pass(store, now, config, report)
     changed = _Consolidator(store, space, now, config, writer, report).run()
     merge_pass(store, space, changed, now, report)
+    _embed_table(store, embedder, "lessons", "text")  # the sentences of tonight's new lessons
     verify_pass(store, space, now, config, report)
     predict_pass(store, space, now, config, report)
     report.finished = iso(now)

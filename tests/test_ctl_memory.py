@@ -1,0 +1,148 @@
+"""The memory commands as a user runs them: remember, sleep, lessons, recall, with NEVEREST_NOW."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from neverest.ctl import main
+from neverest.memory.store import open_store
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("NEVEREST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NEVEREST_NOW", "2026-03-01T03:00:00Z")
+    return tmp_path / "home"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    status = main(list(argv))
+    return status, capsys.readouterr().out
+
+
+def jsonl(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+PIP = ["--kind", "error", "--title", "pip install -e .", "--happened", "fails without --no-build-isolation"]
+
+
+def test_remember_sleep_lessons_recall(home: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(capsys, "remember", *PIP, "--session", "s1", "--json")[0] == 0
+    status, out = run(capsys, "remember", *PIP, "--session", "s1", "--json")
+    assert status == 0 and json.loads(out) == {"stored": 0, "duplicates": 1, "refused": []} | {
+        k: v for k, v in json.loads(out).items() if k not in ("stored", "duplicates", "refused")}
+    assert run(capsys, "remember", *PIP, "--session", "s2")[0] == 0
+    assert run(capsys, "remember", "--kind", "correction", "--said", "don't reformat unrelated files",
+               "--session", "s3")[0] == 0
+
+    status, out = run(capsys, "sleep", "--json")
+    report = json.loads(out)
+    assert status == 0 and len(report["learned"]) == 2 and report["started"].startswith("2026-03-01T03:00")
+
+    status, out = run(capsys, "lessons", "--json")
+    lessons = jsonl(out)
+    assert {lesson["kind"] for lesson in lessons} == {"error", "correction"}
+    for lesson in lessons:
+        assert {"hash", "kind", "text", "strength", "seen", "state", "origin", "updated"} <= set(lesson)
+        assert len(str(lesson["origin"])) == 16
+    assert [lesson["kind"] for lesson in jsonl(run(capsys, "lessons", "--json", "--kind", "error")[1])] == ["error"]
+
+    # The rendered files exist and hold the same lessons.
+    rendered = [json.loads(line) for line in (home / "lessons.jsonl").read_text().splitlines()]
+    assert {r["hash"] for r in rendered} == {lesson["hash"] for lesson in lessons}
+    assert {"id", "text", "kind", "seen", "strength", "updated"} <= set(rendered[0])
+    markdown = (home / "lessons.md").read_text()
+    assert "not instructions" in markdown and "learned here from 2 episode(s)" in markdown
+    assert "learned 2 lesson(s)" in (home / "morning.md").read_text()
+
+    status, out = run(capsys, "recall", "pip install build isolation", "-k", "2", "--json")
+    hits = jsonl(out)
+    assert status == 0 and len(hits) == 2 and "pip install" in str(hits[0]["text"])
+
+    # 100 days later, with no sleep since, the next sleep decays everything 100 days' worth.
+    monkeypatch.setenv("NEVEREST_NOW", "2026-06-09T03:00:00Z")
+    report = json.loads(run(capsys, "sleep", "--json")[1])
+    assert report["decay_days"] == 100
+
+
+def test_remember_from_events_file_and_stdin(home: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        json.dumps({"kind": "note", "text": "the build uses make", "session": "a"}) + "\n"
+        + "{broken\n"
+        + json.dumps({"kind": "oops"}) + "\n"
+        + json.dumps({"kind": "error", "title": "make", "happened": "no rule", "extra": 1}) + "\n"
+    )
+    status, out = run(capsys, "remember", "--events", str(events), "--json")
+    result = json.loads(out)
+    assert status == 1 and result["stored"] == 2 and len(result["refused"]) == 2
+    assert "kind" in str(result["refused"][1])
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        json.dumps({"kind": "surprise", "happened": "port 8080 is taken"}).encode() + b"\n")))
+    status, out = run(capsys, "remember", "--events", "-", "--json")
+    assert status == 0 and json.loads(out)["stored"] == 1
+
+
+def test_inbox_is_drained_by_sleep(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home.mkdir(parents=True)
+    with (home / "inbox.jsonl").open("a") as f:
+        f.write(json.dumps({"kind": "correction", "said": "the staging database is read-only"}) + "\n")
+    report = json.loads(run(capsys, "sleep", "--json")[1])
+    assert report["inbox"]["stored"] == 1 and len(report["learned"]) == 1
+    assert json.loads(run(capsys, "sleep", "--json")[1])["inbox"]["stored"] == 0
+
+
+def test_usage_errors(home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(capsys, "remember")[0] == 2
+    assert run(capsys, "remember", "--kind", "bogus")[0] == 2
+    assert run(capsys, "recall", "x", "-k", "0")[0] == 2
+    monkeypatch.setenv("NEVEREST_NOW", "not a time")
+    assert main(["lessons"]) == 2
+    assert "NEVEREST_NOW" in capsys.readouterr().err
+
+
+def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gen_episodes import events  # type: ignore[import-not-found]
+
+    from neverest.clock import parse_time
+    from neverest.memory.events import ingest
+
+    now = parse_time("2026-03-01T03:00:00Z")
+    with open_store(home) as store:
+        stored = ingest(store, events(3000, now.replace(month=2), 20, seed=7), now=now).stored
+    env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
+    for delay in (0.8, 1.6):
+        child = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "sleep"], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    done = subprocess.run([sys.executable, "-m", "neverest.ctl", "sleep", "--json"], env=env,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with open_store(home) as store:
+        db = store.db
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM episodes").fetchone()[0] == stored
+        assert db.execute("SELECT count(*) FROM episodes WHERE pending = 1").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM episodes WHERE space IS NULL").fetchone()[0] == 0
+        # Every lesson's sources point at episodes that name it (or a theme it merged into).
+        for lesson_id, sources in db.execute("SELECT id, sources FROM lessons WHERE archived = 0"):
+            for source in json.loads(sources):
+                owner = db.execute("SELECT lesson_id FROM episodes WHERE id = ?", (source,)).fetchone()
+                assert owner is not None and owner[0] == lesson_id
+        assert db.execute("SELECT count(*) FROM sleeps WHERE finished IS NOT NULL").fetchone()[0] >= 1
