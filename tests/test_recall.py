@@ -1,0 +1,54 @@
+"""Recall: the seed's score formula, the top k, and touching what was returned."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neverest.clock import iso
+from neverest.memory.embed import HashedEmbedder, hashed_vector
+from neverest.memory.events import ingest
+from neverest.memory.recall import recall
+from neverest.memory.sleep import embed_pass
+from neverest.memory.store import open_store
+
+NOW = datetime(2026, 5, 1, tzinfo=UTC)
+
+
+def test_score_formula_top_k_and_touch(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    texts = {"old": ("pytest hangs when the database container is down", 60),
+             "new": ("pytest hangs when the database container is not running", 1),
+             "other": ("the person prefers tabs for indentation", 0)}
+    for session, (text, age) in texts.items():
+        ingest(store, [{"kind": "note", "text": text, "session": session, "at": iso(NOW - timedelta(days=age))}],
+               now=NOW)
+    embed_pass(store, HashedEmbedder())
+    store.db.execute("UPDATE episodes SET strength = 3.0 WHERE session = 'old'")  # capped at 2 in the score
+    query = "pytest hangs because the database container is down"
+    hits = recall(store, query, now=NOW, embedder=HashedEmbedder(), k=2)
+    assert {h.text for h in hits} == {texts["old"][0], texts["new"][0]}
+    q = hashed_vector(query)
+    for hit in hits:
+        text, age = next(v for v in texts.values() if v[0] == hit.text)
+        cos = float(np.dot(hashed_vector(text), q))
+        strength = 3.0 if age == 60 else 1.0
+        expected = 0.6 * cos + 0.25 * 2 ** (-age / 30) + 0.15 * min(strength, 2) / 2
+        assert hit.score == pytest.approx(expected, abs=1e-3)
+    assert hits[0].score >= hits[1].score
+    touched = dict(store.db.execute("SELECT session, recalls FROM episodes"))
+    assert touched == {"old": 1, "new": 1, "other": 0}
+    strength = store.db.execute("SELECT strength FROM episodes WHERE session = 'new'").fetchone()[0]
+    assert strength == pytest.approx(1.1)
+
+
+def test_archived_episodes_are_not_recalled(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    ingest(store, [{"kind": "note", "text": "the cache fills up", "at": iso(NOW)}], now=NOW)
+    embed_pass(store, HashedEmbedder())
+    assert len(recall(store, "cache", now=NOW, embedder=HashedEmbedder(), touch=False)) == 1
+    store.db.execute("UPDATE episodes SET archived = 1")
+    assert recall(store, "cache", now=NOW, embedder=HashedEmbedder()) == []
