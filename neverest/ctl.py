@@ -26,7 +26,7 @@ from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
 from neverest.paths import resolve_home
-from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse
+from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse_many
 
 
 class UsageError(Exception):
@@ -50,22 +50,18 @@ def verify_stream(stream: BinaryIO, out: TextIO) -> bool:
     Returns True when every line was accepted.
     """
     all_ok = True
-    for number, line in read_lines(stream, MAX_RECORD_BYTES):
-        if line is not None and not line.strip():
-            continue
+    lines = (((number, line), line) for number, line in read_lines(stream, MAX_RECORD_BYTES)
+             if line is None or line.strip())
+    for (number, line), result in parse_many(lines):
         verdict: dict[str, object]
-        try:
-            if line is None:
-                raise RecordError("too-large", f"line is longer than {MAX_RECORD_BYTES} bytes")
-            record = parse(line)
-        except RecordError as exc:
+        if isinstance(result, RecordError):
             all_ok = False
             rtype, target, origin = claimed(line) if line is not None else (None, None, None)
             verdict = {"line": number, "ok": False, "type": rtype, "hash": target, "origin": origin,
-                       "reason": exc.code, "message": exc.message}
+                       "reason": result.code, "message": result.message}
         else:
-            verdict = {"line": number, "ok": True, "type": record.type, "hash": record.target,
-                       "origin": record.origin, "reason": None, "message": None}
+            verdict = {"line": number, "ok": True, "type": result.type, "hash": result.target,
+                       "origin": result.origin, "reason": None, "message": None}
         out.write(json.dumps(verdict, ensure_ascii=False) + "\n")
     return all_ok
 
