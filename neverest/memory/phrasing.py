@@ -30,6 +30,14 @@ _HEXID = re.compile(r"\b[0-9a-f]{12,}\b", re.I)
 _SECRET = re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{24,}\b")
 _ASSIGN = re.compile(r"\b([A-Z][A-Z0-9_]{1,})=\S+")
 _SPACES = re.compile(r"\s+")
+# What an error's "happened" starts with when it already reads as the verb of a sentence.
+_PREDICATE = re.compile(
+    r"(?:fails?|failed|hangs?|hung|crash(?:es|ed)?|breaks?|broke|errors?|errored|times? out|timed out|returns?|"
+    r"returned|needs|needed|requires|required|is|was|are|were|cannot|can't|can not|does not|doesn't|did not|"
+    r"didn't|will not|won't|exits?|exited|refuses|refused|rejects|rejected|reports|reported|aborts|aborted|"
+    r"runs|ran|takes|took|stops|stopped|loses|lost|picks|picked)\b",
+    re.I,
+)
 
 
 def scrub(text: str) -> str:
@@ -94,6 +102,8 @@ def candidate_texts(kind: str, *, title: str = "", said: str = "", expected: str
         head = command_head(title) if title else ""
         forms = []
         if head and happened_s:
+            if _PREDICATE.match(happened_s):  # "fails without ...", "hangs when ..."
+                forms.append(f"{head} {_lower_first(happened_s)}")
             forms.append(f"{head} fails: {happened_s}")
             forms.append(f"An error recurs in {head}: {happened_s}")
         elif head:

@@ -201,6 +201,7 @@ class _Consolidator:
         self.lesson_info: dict[int, _Lesson] = {}
         self.waiting: dict[str, _Rows] = {}
         self.changed: set[int] = set()
+        self.new_waiting: set[str] = set()  # tonight's episodes still waiting for a repeat
 
     def _load(self, dim: int) -> None:
         db = self.store.db
@@ -233,6 +234,7 @@ class _Consolidator:
                 "WHERE pending = 1 AND space = ? ORDER BY at, id LIMIT ?", (self.space, _BATCH),
             ).fetchall()
             if not rows:
+                self.report.waiting = len(self.new_waiting)
                 return self.changed
             if not self.lessons:
                 self._load(from_blob(rows[0][2]).shape[0])
@@ -263,10 +265,11 @@ class _Consolidator:
         if kind == "correction" or partners:
             self._learn(db, row, vector, [(waiting.ids[i], waiting.matrix[i].copy()) for i in partners])
             for i in sorted(partners, reverse=True):
+                self.new_waiting.discard(waiting.ids[i])
                 waiting.remove(i)
         else:
             waiting.add(ep_id, vector)
-            self.report.waiting += 1
+            self.new_waiting.add(ep_id)
 
     def _join(self, db: sqlite3.Connection, lesson_id: int, index: int, ep_id: str, vector: Vector,
               kind: str) -> None:
