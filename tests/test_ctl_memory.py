@@ -113,6 +113,25 @@ def test_usage_errors(home: Path, capsys: pytest.CaptureFixture[str], monkeypatc
     assert "NEVEREST_NOW" in capsys.readouterr().err
 
 
+def test_store_locked_by_another_process_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    open_store(home).close()
+    (home / "config.toml").write_text("busy_timeout_s = 0.2\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, time\n"
+         f"db = sqlite3.connect({str(home / 'memory.db')!r}, isolation_level=None)\n"
+         "db.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert main(["remember", "--kind", "note", "--text", "x"]) == 1
+        assert "locked by another process" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["remember", "--kind", "note", "--text", "x"]) == 0
+
+
 def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
     home = tmp_path / "home"
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -125,12 +144,14 @@ def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
     with open_store(home) as store:
         stored = ingest(store, events(3000, now.replace(month=2), 20, seed=7), now=now).stored
     env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
-    for delay in (0.8, 1.6):
+    for delay in (1.2, 1.8):
         child = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "sleep"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
         child.wait()
+    with open_store(home) as store:  # the kills did land in the middle of a sleep
+        assert store.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] >= 1
     done = subprocess.run([sys.executable, "-m", "neverest.ctl", "sleep", "--json"], env=env,
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr

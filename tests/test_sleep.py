@@ -11,11 +11,14 @@ import pytest
 
 from neverest.clock import FixedClock, iso
 from neverest.config import Config
-from neverest.memory.embed import HashedEmbedder
+from neverest.memory.embed import HashedEmbedder, ModelEmbedder, model_space
 from neverest.memory.events import ingest
+from neverest.memory.model import Endpoint, Writer
 from neverest.memory.sleep import SleepReport, decay_pass, sleep
 from neverest.memory.store import Store, open_store
 from neverest.safety import imperative_reason
+from tests.fake_model import FakeModelServer
+from tests.fake_model import model_server as model_server  # a fixture
 
 T0 = datetime(2026, 1, 5, 3, 0, tzinfo=UTC)
 CONFIG = Config()
@@ -178,3 +181,38 @@ def test_sixty_days(tmp_path: Path) -> None:
     assert by_kind["correction"]["archived"] == 1, by_kind["correction"]
     assert by_kind["error"]["archived"] == 0 and by_kind["error"]["seen"] == 3
     assert sum(r.archived_lessons for r in reports.values()) == 1
+
+
+# -- the optional models, against a real (fake) OpenAI-compatible server on loopback ------------
+
+
+
+@pytest.mark.parametrize(("reply", "used"), [
+    ("Editable pip installs here need build isolation turned off.", True),
+    ("Always pass --no-build-isolation to pip.", False),  # an order: the template stands
+])
+def test_a_model_written_sentence_passes_the_same_check(store: Store, model_server: FakeModelServer,
+                                                        reply: str, used: bool) -> None:
+    model_server.reply = reply
+    for i in range(2):
+        add(store, T0, **PIP, session=f"s{i}")
+    with Writer(Endpoint(model_server.url, "writer")) as writer:
+        sleep(store, now=T0, embedder=HashedEmbedder(), config=CONFIG, writer=writer)
+    [lesson] = lessons(store)
+    assert (lesson["text"] == reply) is used
+    if not used:
+        assert lesson["text"] == "pip install fails without --no-build-isolation"
+
+
+def test_a_model_space_is_used_and_a_dead_model_falls_back_to_hashed(store: Store,
+                                                                    model_server: FakeModelServer) -> None:
+    add(store, T0, kind="correction", said="the staging database is read-only", session="s1")
+    embedder = ModelEmbedder(Endpoint(model_server.url, "embedder"))
+    report = sleep(store, now=T0, embedder=embedder, config=CONFIG)
+    assert report.space == model_space("embedder")
+    assert store.db.execute("SELECT DISTINCT space FROM episodes").fetchall() == [(model_space("embedder"),)]
+    model_server.mode = "500"  # the model breaks: the next night re-embeds everything in the hashed space
+    report = sleep(store, now=T0 + timedelta(days=1), embedder=embedder, config=CONFIG)
+    assert report.space == "hashed-256"
+    assert store.db.execute("SELECT DISTINCT space FROM episodes").fetchall() == [("hashed-256",)]
+    assert len(lessons(store)) == 1  # the lesson survived the change of space
