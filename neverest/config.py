@@ -45,6 +45,15 @@ class Config:
     confirm_step: float = 0.5
     fail_step: float = 0.5
     strength_cap: float = 5.0
+    # Sharing (DESIGN §5).  Records signed further ahead of this clock are refused until it catches up.
+    future_tolerance_s: float = 600.0
+    support_n: int = 3
+    window_days: float = 90.0
+    revoke_quorum: int = 3
+    # Which origins count as support: "any" (the protocol's default) or "peers" (origins in the peer table);
+    # origins in trust_allow count under either.
+    trust: str = "any"
+    trust_allow: str = ""  # comma-separated origins
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:

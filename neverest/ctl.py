@@ -13,20 +13,23 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from neverest import __version__
 from neverest.clock import clock_from_env
 from neverest.config import ConfigError, load_config
 from neverest.identity import IdentityError, load_or_create
 from neverest.lines import read_lines
+from neverest.memory import holdings, publish
 from neverest.memory.events import EVENT_KINDS, ingest, ingest_lines
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
+from neverest.memory.states import commons_pass, verdict
 from neverest.memory.store import StoreError
 from neverest.paths import resolve_home
 from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse_many
+from neverest.transports import folder
 
 
 class UsageError(Exception):
@@ -158,21 +161,32 @@ def _cmd_sleep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state_of(memory: Memory, row: dict[str, object], origin: str) -> tuple[str, int]:
+    """A lesson's state: archived, local (never published) or its commons state, and its support."""
+    held = holdings.about(memory.store.db, str(row["hash"]))
+    if row["archived"] and row["origin"] == "":
+        return "archived", 0
+    if not held:
+        return "local", 0
+    v = verdict(memory.store.db, str(row["hash"]), now=memory.clock.now(), config=memory.config, own_origin=origin)
+    return v.state, v.support
+
+
 def _cmd_lessons(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
-        origin = load_or_create(memory.home).origin
+        origin = memory.identity.origin
         rows = lesson_rows(memory.store, kind=args.kind, include_archived=args.all)
-    for row in rows:
-        state = "archived" if row["archived"] else ("local" if row["origin"] == "" else "candidate")
-        if args.json:
-            print(json.dumps({
-                "hash": row["hash"], "kind": row["kind"], "text": row["text"], "strength": row["strength"],
-                "seen": row["seen"], "state": state, "origin": row["origin"] or origin, "updated": row["updated"],
-                "id": row["id"], "sources": row["sources"], "layer": row["layer"],
-            }, ensure_ascii=False))
-        else:
-            print(f"{row['hash'][:8]}  {row['kind']:<10} {row['strength']:5.2f}  seen {row['seen']:<3} "
-                  f"{state:<9} {row['text']}")
+        for row in rows:
+            state, support = _state_of(memory, row, origin)
+            if args.json:
+                print(json.dumps({
+                    "hash": row["hash"], "kind": row["kind"], "text": row["text"], "strength": row["strength"],
+                    "seen": row["seen"], "state": state, "support": support, "origin": row["origin"] or origin,
+                    "updated": row["updated"], "id": row["id"], "sources": row["sources"], "layer": row["layer"],
+                }, ensure_ascii=False))
+            else:
+                print(f"{row['hash'][:8]}  {row['kind']:<10} {row['strength']:5.2f}  seen {row['seen']:<3} "
+                      f"{state:<9} {support:>2}  {row['text']}")
     return 0
 
 
@@ -186,6 +200,133 @@ def _cmd_recall(args: argparse.Namespace) -> int:
             print(json.dumps(hit.to_json(), ensure_ascii=False))
         else:
             print(f"{hit.score:.3f}  {hit.type:<7} {hit.kind:<11} {hit.text}")
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        now = memory.clock.now()
+        project = publish.opt_in(memory.store, args.project, corrections=args.corrections, now=now)
+        signed = publish.publish(memory.store, memory.identity, now)
+    if args.json:
+        print(json.dumps({"project": project, "corrections": args.corrections, "signed": len(signed)}))
+    else:
+        what = "lessons, corrections included" if args.corrections else "lessons (corrections stay private)"
+        print(f"publishing {what} from {project}; {len(signed)} record(s) signed now")
+    return 0
+
+
+def _cmd_unpublish(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        removed = publish.opt_out(memory.store, args.project)
+    print(f"no longer publishing {args.project}" if removed else f"{args.project} was not published")
+    return 0
+
+
+def _cmd_folder_sync(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        now = memory.clock.now()
+        publish.publish(memory.store, memory.identity, now)
+        result = folder.sync(memory.store, memory.identity, Path(args.dir), memory.config, now)
+        commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)
+        memory.render()
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        total = result.total()
+        print(f"wrote {result.written} record(s); read {len(result.files)} file(s): {total.accepted} new, "
+              f"{total.duplicates} already held, {sum(total.refused.values())} refused")
+        for reason, n in sorted(total.refused.items()):
+            print(f"  refused {n} x {reason}")
+    return 0
+
+
+def _find(memory: Memory, prefix: str) -> str:
+    prefix = prefix.lower()
+    if len(prefix) < 6:
+        raise UsageError("give at least 6 hex digits of the lesson's hash")
+    found = {str(r[0]) for r in memory.store.db.execute(
+        "SELECT hash FROM lessons WHERE hash LIKE ? UNION SELECT target FROM records WHERE target LIKE ?",
+        (prefix + "%", prefix + "%"))}
+    if len(found) != 1:
+        raise UsageError(f"{len(found)} lessons have a hash starting with {prefix}")
+    return found.pop()
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        target = _find(memory, args.hash)
+        db = memory.store.db
+        origin = memory.identity.origin
+        v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin)
+        lessons = [r for r in lesson_rows(memory.store, include_archived=True) if r["hash"] == target]
+        records = [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
+                    "received": h.received, "superseded": h.superseded} for h in holdings.about(db, target)]
+        tomb = holdings.tombstone(db, target)
+    first = lessons[0] if lessons else {}
+    out: dict[str, Any] = {
+        "hash": target, "text": first.get("text"), "kind": first.get("kind"),
+        "state": v.state, "support": v.support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
+        "supporters": list(v.supporters), "revoked_by": list(v.revoked_by), "tombstone": tomb,
+        "last_support": v.last_support.isoformat() if v.last_support else None,
+        "held_here": [{"id": r["id"], "origin": r["origin"] or origin, "strength": r["strength"], "seen": r["seen"],
+                       "layer": r["layer"], "archived": r["archived"], "sources": r["sources"]} for r in lessons],
+        "records": records,
+    }
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    print(f"{target}  [{out['kind']}]  {out['text']}")
+    print(f"state {v.state}, support {v.support}" + (f", tombstone ({tomb})" if tomb else ""))
+    print(f"publishers: {', '.join(v.publishers) or 'none'} (first: {v.first_publisher or '-'})")
+    print(f"supporters: {', '.join(v.supporters) or 'none'}")
+    if v.revoked_by:
+        print(f"revoked by: {', '.join(v.revoked_by)}")
+    for held in out["held_here"]:
+        print(f"held here: strength {held['strength']}, seen {held['seen']}, layer {held['layer']}, "
+              f"from {held['origin']}" + (" (archived)" if held["archived"] else ""))
+    for rec in records:
+        print(f"  {rec['type']:<8} by {rec['origin']} seq {rec['seq']} signed {rec['at']} via {rec['source']}"
+              + (" (superseded)" if rec["superseded"] else ""))
+    return 0
+
+
+def _cmd_revoke(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        target = _find(memory, args.hash)
+        now = memory.clock.now()
+        record = publish.revoke(memory.store, memory.identity, target, now)
+        commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)
+        memory.render()
+    print(f"revoked {target} (seq {record.seq})")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        db = memory.store.db
+        last = db.execute("SELECT started FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
+        out: dict[str, Any] = {
+            "origin": memory.identity.origin,
+            "home": str(memory.home),
+            "episodes": db.execute("SELECT count(*) FROM episodes").fetchone()[0],
+            "lessons": db.execute("SELECT count(*) FROM lessons WHERE archived = 0").fetchone()[0],
+            "records": db.execute("SELECT count(*) FROM records").fetchone()[0],
+            "forks": db.execute("SELECT count(*) FROM forks").fetchone()[0],
+            "tombstones": db.execute("SELECT count(*) FROM tombstones").fetchone()[0],
+            "last_sleep": last[0] if last else None,
+            "published_projects": [p for p, _ in publish.projects(memory.store)],
+            "refused": [{"source": s, "reason": r, "count": n, "last": t} for s, r, n, t in db.execute(
+                "SELECT source, reason, count, last FROM refusals ORDER BY source, reason")],
+        }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for key in ("origin", "home", "episodes", "lessons", "records", "forks", "tombstones", "last_sleep"):
+        print(f"{key:<12} {out[key]}")
+    print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
+    for item in out["refused"]:
+        print(f"refused      {item['count']} x {item['reason']} from {item['source']}")
     return 0
 
 
@@ -234,6 +375,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=5, help="how many (default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_recall)
+
+    p = sub.add_parser("publish", help="share the lessons learned in a project (opt-in, per project)")
+    p.add_argument("--project", required=True, help="the project folder whose lessons may leave this machine")
+    p.add_argument("--corrections", action="store_true", help="also publish lessons about the person")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser("unpublish", help="stop sharing a project's lessons")
+    p.add_argument("--project", required=True)
+    p.set_defaults(func=_cmd_unpublish)
+
+    p = sub.add_parser("folder", help="the shared-folder transport")
+    folder_sub = p.add_subparsers(dest="folder_command", required=True, metavar="ACTION")
+    q = folder_sub.add_parser("sync", help="write this memory's records to DIR and read everyone else's")
+    q.add_argument("dir", metavar="DIR")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_cmd_folder_sync)
+
+    p = sub.add_parser("show", help="a lesson with its state, publishers, supporters and records")
+    p.add_argument("hash", metavar="HASH", help="the lesson's hash (at least 6 hex digits)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("revoke", help="withdraw a lesson this memory published")
+    p.add_argument("hash", metavar="HASH")
+    p.set_defaults(func=_cmd_revoke)
+
+    p = sub.add_parser("status", help="this memory at a glance, with refusals by reason and source")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_status)
     return parser
 
 

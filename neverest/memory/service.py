@@ -12,12 +12,14 @@ from pathlib import Path
 
 from neverest.clock import Clock
 from neverest.config import Config
-from neverest.identity import load_or_create
+from neverest.identity import Identity, load_or_create
+from neverest.memory import publish
 from neverest.memory.embed import Embedder, load_embedder
 from neverest.memory.model import Endpoint, Writer
 from neverest.memory.recall import Hit, recall
 from neverest.memory.render import render
 from neverest.memory.sleep import SleepReport, sleep
+from neverest.memory.states import commons_pass
 from neverest.memory.store import Store, open_store
 
 
@@ -49,14 +51,24 @@ class Memory:
         return Writer(Endpoint(self.config.writer_url, self.config.writer_model,
                                read_timeout_s=self.config.model_timeout_s))
 
+    @property
+    def identity(self) -> Identity:
+        return load_or_create(self.home)
+
     def sleep(self) -> SleepReport:
-        report = sleep(self.store, now=self.clock.now(), embedder=self.embedder(), config=self.config,
-                       writer=self.writer())
+        """The night: the passes, then confirmations of received lessons that came true here,
+        this memory's changed lessons signed, the commons states judged, and the render."""
+        now = self.clock.now()
+        report = sleep(self.store, now=now, embedder=self.embedder(), config=self.config, writer=self.writer())
+        received = [int(c["lesson"]) for c in report.confirmed]
+        report.signed_confirmations = len(publish.confirm_received(self.store, self.identity, received, now))
+        report.signed_lessons = len(publish.publish(self.store, self.identity, now))
+        commons_pass(self.store, now=now, config=self.config, own_origin=self.identity.origin)
         self.render()
         return report
 
     def render(self) -> None:
-        render(self.store, self.home, load_or_create(self.home).origin)
+        render(self.store, self.home, self.identity.origin)
 
     def recall(self, query: str, k: int = 5) -> list[Hit]:
         return recall(self.store, query, now=self.clock.now(), embedder=self.embedder(), k=k)

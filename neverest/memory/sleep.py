@@ -66,6 +66,8 @@ class SleepReport:
     confirmed: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     predicted: int = 0
+    signed_confirmations: int = 0  # filled by the caller that holds the key (service.py)
+    signed_lessons: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -425,7 +427,8 @@ def verify_pass(store: Store, space: str, now: datetime, config: Config, report:
 
 def predict_pass(store: Store, space: str, now: datetime, config: Config, report: SleepReport) -> None:
     rows = store.db.execute(
-        "SELECT l.id, l.text, l.centroid, l.embedding FROM lessons l WHERE l.archived = 0 AND l.strength >= ? "
+        "SELECT l.id, l.text, l.centroid, l.embedding FROM lessons l WHERE l.archived = 0 "
+        "AND (l.strength >= ? OR l.origin != '') "  # a received candidate always predicts
         "AND l.space = ? AND NOT EXISTS (SELECT 1 FROM predictions p WHERE p.lesson_id = l.id "
         "AND p.resolved IS NULL)", (config.predict_min_strength, space),
     ).fetchall()

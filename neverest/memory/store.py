@@ -124,7 +124,39 @@ CREATE TABLE peers (
 );
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1,)
+# Version 2: sharing (issue 4).
+# - records gains the record's signed time, a digest of its bytes (one row per distinct
+#   record), and whether a newer version from the same origin superseded it;
+# - forks keeps the evidence when one origin signs two different records with one seq;
+# - tombstones stop a removed or revoked lesson from coming back by a slower path;
+# - refusals counts what was refused, by source and reason;
+# - projects lists the projects whose lessons the owner publishes.
+_SCHEMA_V2: Final = """
+ALTER TABLE records ADD COLUMN at TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN digest TEXT;
+ALTER TABLE records ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX records_digest ON records(digest);
+CREATE TABLE forks (
+    origin TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kept_digest TEXT NOT NULL,
+    other_raw BLOB NOT NULL,
+    source TEXT NOT NULL,
+    received TEXT NOT NULL,
+    PRIMARY KEY (origin, seq, kept_digest)
+);
+CREATE TABLE tombstones (hash TEXT PRIMARY KEY, state TEXT NOT NULL, at TEXT NOT NULL);
+CREATE TABLE refusals (
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    last TEXT NOT NULL,
+    PRIMARY KEY (source, reason)
+);
+CREATE TABLE projects (path TEXT PRIMARY KEY, corrections INTEGER NOT NULL DEFAULT 0, since TEXT NOT NULL);
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

@@ -1,0 +1,278 @@
+"""The commons state of one lesson, judged from the records a memory holds.
+
+Every memory computes, for every lesson hash, one of five states from the signed
+records it holds about that hash (DESIGN §5, seeds/000 §3).  This module is the
+whole rule, and only the rule: no store, no clock, no I/O.  The records' facts,
+``now``, the configuration and the trust policy are passed in, so the daemon and
+the network simulator run the same function and a verdict can be replayed.
+
+The rules
+---------
+
+A record contributes one *fact*: its type, its origin and its signed time (a
+lesson's ``updated``, a confirmation's or revocation's ``at``).  Only the facts
+about one hash are judged together.  A verdict depends on the *set* of facts, never
+on the order they arrived in or how many copies of one arrived: memories that hold
+the same records, use the same policy and judge at the same ``now`` agree.
+
+- **Future facts.**  A fact signed more than ``future_tolerance_s`` after ``now``
+  is ignored, as if not yet received, until ``now`` catches up.  Otherwise one
+  origin with a clock set ahead (or a forged date) would hold a lesson ``common``
+  for as long as it liked.
+
+- **Publishers.**  The origins that published a lesson record with the hash.  The
+  *first publisher* is the one whose earliest lesson record has the earliest signed
+  time, ties going to the lowest origin string.  It is chosen among all publishers,
+  counted by the policy or not, so that adding a confirmation or a later publication
+  never moves it.  A memory that holds no lesson record for the hash knows no
+  publisher: the verdict is a ``candidate`` with no support, and nothing is lost,
+  because the caller keeps the confirmations and revocations and judges again when
+  the lesson arrives.
+
+- **Support.**  The distinct origins, other than the first publisher, that published
+  the hash too or confirmed it, and that the trust policy counts (``counts``; all
+  origins when it is not given).  One origin counts once however many records it
+  sends, and the first publisher's own confirmations never count.  A second
+  publisher counts: two memories that met the same surprise and wrote the same
+  sentence are a verification, not two lessons (seeds/000 §2).
+
+- **The clock.**  A supporter's time is the signed time of its *earliest*
+  supporting record, so re-sending or re-signing old support refreshes nothing, and a
+  later confirmation from an origin already counted does not either: one origin is
+  one voice, once.  A new supporter signed at ``t`` is new support at ``t``, even if
+  its record arrives late.  The lesson's clock runs from its last new record: the
+  first publisher's earliest publication or the newest supporter's time, whichever
+  is later.  A publisher re-signing its lesson (a new ``updated``) does not move it
+  either, so an unconfirmed lesson cannot be kept alive by its own author.
+
+- **States**, with N = ``support_n``, W = ``window_days`` and age = now - clock:
+
+  - ``candidate``: support < N and age < 2W.  An unconfirmed lesson stays a
+    candidate while it is young; it fades away like any other, see ``removed``.
+  - ``common``: support >= N and age < W.
+  - ``fading``: support >= N and W <= age < 2W.  It is common again as soon as a
+    new supporter signs (the clock moves to that supporter's time).
+  - ``removed``: age >= 2W, whatever the support: a common lesson nobody has newly
+    confirmed for 2W, or a candidate that never reached N and had no new record for
+    2W ("unconfirmed, it fades").
+  - ``revoked``: every publisher revoked it, or at least ``revoke_quorum`` of its
+    supporters did.  Revoked wins over every other state.
+
+- **Revocations.**  A revocation from an origin counts whenever it was signed, even
+  before that origin's publication: a revocation can overtake its lesson on the
+  way, and it is applied when the lesson arrives.  "Every publisher" means every
+  publisher the policy counts, or every publisher when the policy counts none, so
+  that an origin the policy ignores can neither keep alive nor withdraw a lesson
+  published by one it counts.  A supporter that revoked still counts as support (its
+  confirmation happened); its revocation counts toward the quorum instead.
+  Revocations from any other origin do nothing.
+
+- **Tombstones.**  ``removed`` and ``revoked`` are final.  When a verdict reaches one
+  of them without a tombstone, it says so (``Verdict.tombstone``) and the caller
+  writes one; judged with that tombstone, the lesson keeps that state whatever
+  records arrive later, so it never comes back through a slower path (an old copy
+  relayed late, a confirmation in flight, or its publisher re-publishing with a newer
+  signed time: resurrection is refused too, and a lesson that is wanted again needs
+  new words, hence a new hash).
+
+Transitions
+-----------
+
+What can move a lesson from one state to another, with a fixed policy, as records
+are added and ``now`` moves forward::
+
+    from        to          when
+    ----------  ----------  ------------------------------------------------------
+    candidate   common      support reaches N, the newest support younger than W
+    candidate   fading      support reaches N through support signed W..2W ago
+    candidate   removed     age reaches 2W                           (tombstone)
+    common      fading      age reaches W: no new supporter for W days
+    common      removed     age reaches 2W, if not judged in between (tombstone)
+    fading      common      a new supporter signed less than W ago
+    fading      removed     age reaches 2W                           (tombstone)
+    any         revoked     every publisher, or a quorum of supporters (tombstone)
+    removed     -           final
+    revoked     -           final
+
+One move back is possible only under a trust policy: a counted supporter whose
+copy of the lesson is signed earlier than every other becomes the first publisher,
+whose support never counts, while the publisher it displaces is not counted; support
+then drops by one (common to candidate).  Under the policy ``any`` support never
+drops as records are added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final, Literal
+
+from neverest.records import Record, RecordType
+
+State = Literal["candidate", "common", "fading", "removed", "revoked"]
+
+CANDIDATE: Final = "candidate"
+COMMON: Final = "common"
+FADING: Final = "fading"
+REMOVED: Final = "removed"
+REVOKED: Final = "revoked"
+STATES: Final[frozenset[State]] = frozenset({CANDIDATE, COMMON, FADING, REMOVED, REVOKED})
+# The states a tombstone keeps: once computed, a lesson never leaves them.
+TERMINAL: Final[frozenset[State]] = frozenset({REMOVED, REVOKED})
+
+_KINDS: Final = frozenset({"lesson", "confirm", "revoke"})
+
+
+@dataclass(frozen=True)
+class CommonsConfig:
+    """The commons parameters; defaults from DESIGN §5 (N = 3, W = 90 days, quorum N)."""
+
+    support_n: int = 3
+    window_days: float = 90.0
+    revoke_quorum: int = 3
+    # Ten minutes absorbs ordinary clock drift between machines without letting a
+    # record dated ahead pin its lesson's clock in the future.
+    future_tolerance_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.support_n < 1 or self.revoke_quorum < 1:
+            raise ValueError("support_n and revoke_quorum must be at least 1")
+        if not self.window_days > 0:
+            raise ValueError("window_days must be positive")
+        if not self.future_tolerance_s >= 0:
+            raise ValueError("future_tolerance_s must not be negative")
+
+
+@dataclass(frozen=True)
+class Fact:
+    """What one record says about its lesson: its type, who signed it, and when."""
+
+    kind: RecordType
+    origin: str
+    at: datetime  # timezone-aware: a lesson's ``updated``, a confirmation's or revocation's ``at``
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of lesson, confirm, revoke")
+        if self.at.tzinfo is None:
+            raise ValueError("a fact's time must be timezone-aware")
+
+
+def fact_of(record: Record) -> Fact:
+    """The fact a verified record contributes to the lesson ``record.target``."""
+    stamp = record.fields["updated" if record.type == "lesson" else "at"]
+    return Fact(kind=record.type, origin=record.origin, at=datetime.fromisoformat(stamp))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A lesson's state and the evidence for it.  Origin tuples are sorted."""
+
+    state: State
+    supporters: tuple[str, ...]
+    publishers: tuple[str, ...]
+    first_publisher: str | None
+    first_published: datetime | None  # the first publisher's earliest lesson record
+    last_support: datetime | None  # the newest supporter's earliest supporting record
+    revoked_by: tuple[str, ...]  # the origins whose revocations count, whether or not they suffice
+    tombstone: bool  # the state just became final: the caller must write a tombstone now
+
+    @property
+    def support(self) -> int:
+        return len(self.supporters)
+
+
+def judge(
+    facts: Iterable[Fact],
+    *,
+    now: datetime,
+    config: CommonsConfig = CommonsConfig(),
+    counts: Callable[[str], bool] | AbstractSet[str] | None = None,
+    tombstone: str | None = None,
+) -> Verdict:
+    """The state of one lesson from ``facts``, every fact held about its hash.
+
+    ``counts`` is the trust policy: the origins whose support and revocations count,
+    as a predicate or a set; ``None`` counts every origin (the policy ``any``).
+    ``tombstone`` is the state of the tombstone the memory holds for the hash, if any.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if tombstone is not None and tombstone not in TERMINAL:
+        raise ValueError(f"a tombstone is {REMOVED} or {REVOKED}, not {tombstone!r}")
+    admitted = _policy(counts)
+    horizon = now + timedelta(seconds=config.future_tolerance_s)
+
+    published: dict[str, datetime] = {}  # origin -> its earliest lesson record
+    supported: dict[str, datetime] = {}  # origin -> its earliest lesson or confirmation
+    revokers: set[str] = set()
+    for fact in facts:
+        if fact.at > horizon:
+            continue
+        if fact.kind == "revoke":
+            revokers.add(fact.origin)
+            continue
+        _keep_earliest(supported, fact.origin, fact.at)
+        if fact.kind == "lesson":
+            _keep_earliest(published, fact.origin, fact.at)
+
+    if not published:
+        return Verdict(
+            state=_terminal(tombstone) or CANDIDATE, supporters=(), publishers=(), first_publisher=None,
+            first_published=None, last_support=None, revoked_by=(), tombstone=False,
+        )
+
+    first = min(published, key=lambda origin: (published[origin], origin))
+    supporters = {o: at for o, at in supported.items() if o != first and admitted(o)}
+    owners = {o for o in published if admitted(o)} or set(published)
+    last_support = max(supporters.values(), default=None)
+    clock = published[first] if last_support is None else max(published[first], last_support)
+
+    state = _terminal(tombstone) or _state(
+        support=len(supporters),
+        age=now - clock,
+        revoked=owners <= revokers or len(revokers & supporters.keys()) >= config.revoke_quorum,
+        config=config,
+    )
+    return Verdict(
+        state=state,
+        supporters=tuple(sorted(supporters)),
+        publishers=tuple(sorted(published)),
+        first_publisher=first,
+        first_published=published[first],
+        last_support=last_support,
+        revoked_by=tuple(sorted(revokers & (owners | supporters.keys()))),
+        tombstone=tombstone is None and state in TERMINAL,
+    )
+
+
+def _state(*, support: int, age: timedelta, revoked: bool, config: CommonsConfig) -> State:
+    """The transition table, for a lesson without a tombstone."""
+    window = timedelta(days=config.window_days)
+    if revoked:
+        return REVOKED
+    if age >= 2 * window:
+        return REMOVED
+    if support < config.support_n:
+        return CANDIDATE
+    return COMMON if age < window else FADING
+
+
+def _terminal(tombstone: str | None) -> State | None:
+    # Narrows the caller's string to a State; judge has already checked it is terminal.
+    return REMOVED if tombstone == REMOVED else REVOKED if tombstone == REVOKED else None
+
+
+def _policy(counts: Callable[[str], bool] | AbstractSet[str] | None) -> Callable[[str], bool]:
+    if counts is None:
+        return lambda origin: True
+    if isinstance(counts, AbstractSet):
+        return counts.__contains__
+    return counts
+
+
+def _keep_earliest(times: dict[str, datetime], origin: str, at: datetime) -> None:
+    if origin not in times or at < times[origin]:
+        times[origin] = at

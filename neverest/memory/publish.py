@@ -1,0 +1,135 @@
+"""What leaves this memory, and only by the owner's choice (safety rules 2 and 4).
+
+- Publication is opt-in per project: ``neverestctl publish --project PATH`` lists the
+  project; only lessons learned from episodes in it (its folder or below) are signed.
+- Corrections are lessons about the person: published only when the project was opted
+  in with ``--corrections``.
+- Only lessons leave, as signed records of their sentence, kind, seen and strength;
+  never episodes, paths or the project's name.
+- Each record carries the next ``seq`` of this origin, taken and stored in the same
+  transaction as the record, so a seq is never signed twice.  A lesson whose ``seen``
+  or strength (to one decimal, so that daily decay does not re-sign everything) changed
+  is signed again with a new seq, superseding the older version.
+- Confirmations are signed for lessons received from elsewhere whose predictions came
+  true here (once per lesson), and revocations on the owner's request.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from neverest.clock import iso
+from neverest.identity import Identity
+from neverest.memory import holdings
+from neverest.memory.store import Store
+from neverest.records import Record, sign_confirm, sign_lesson, sign_revoke
+
+
+def _project_path(path: str | os.PathLike[str]) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+def opt_in(store: Store, path: str | os.PathLike[str], *, corrections: bool, now: datetime) -> str:
+    project = _project_path(path)
+    with store.write() as db:
+        db.execute("INSERT INTO projects (path, corrections, since) VALUES (?, ?, ?) ON CONFLICT(path) DO UPDATE "
+                   "SET corrections = excluded.corrections", (project, int(corrections), iso(now)))
+    return project
+
+
+def opt_out(store: Store, path: str | os.PathLike[str]) -> bool:
+    with store.write() as db:
+        return db.execute("DELETE FROM projects WHERE path = ?", (_project_path(path),)).rowcount > 0
+
+
+def projects(store: Store) -> list[tuple[str, bool]]:
+    return [(str(p), bool(c)) for p, c in store.db.execute("SELECT path, corrections FROM projects ORDER BY path")]
+
+
+def _sign_next(db: sqlite3.Connection, build: Callable[[int], Record], now: datetime) -> Record:
+    row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+    seq = (int(row[0]) if row else 0) + 1
+    Store.set_meta(db, "seq", str(seq))
+    record = build(seq)
+    holdings.put(db, record, source=holdings.OWN_SOURCE, now=now)
+    return record
+
+
+def _lesson_record(identity: Identity, seq: int, *, kind: str, text: str, seen: int, strength: float,
+                   updated: str) -> Record:
+    return sign_lesson(identity.signing_key, kind=kind, text=text, seen=seen, strength=strength, updated=updated,
+                       seq=seq)
+
+
+def _confirm_record(identity: Identity, target: str, at: str, seq: int) -> Record:
+    return sign_confirm(identity.signing_key, target, at=at, seq=seq)
+
+
+def publishable(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
+    """(hash, kind, text, seen, strength) of this memory's lessons the owner chose to share."""
+    out = []
+    chosen = db.execute("SELECT path, corrections FROM projects").fetchall()
+    for digest, kind, text, seen, strength, cwd in db.execute(
+        "SELECT hash, kind, text, seen, strength, cwd FROM lessons WHERE origin = '' AND archived = 0 "
+        "AND hash NOT IN (SELECT hash FROM tombstones)"
+    ):
+        for path, corrections in chosen:
+            inside = cwd == path or cwd.startswith(path.rstrip("/") + "/")
+            if inside and (kind != "correction" or corrections):
+                out.append((digest, kind, text, seen, strength))
+                break
+    return out
+
+
+def publish(store: Store, identity: Identity, now: datetime) -> list[Record]:
+    """Sign every publishable lesson that is new or changed since it was last signed."""
+    signed = []
+    with store.write() as db:
+        for digest, kind, text, seen, strength in publishable(db):
+            rounded = round(strength, 1)
+            current = db.execute(
+                "SELECT raw FROM records WHERE origin = ? AND target = ? AND type = 'lesson' AND superseded = 0",
+                (identity.origin, digest)).fetchone()
+            if current is not None:
+                held = json.loads(current[0])
+                if held["seen"] == seen and held["strength"] == rounded:
+                    continue
+            signed.append(_sign_next(db, functools.partial(
+                _lesson_record, identity, kind=kind, text=text, seen=seen, strength=rounded, updated=iso(now)), now))
+    return signed
+
+
+def revoke(store: Store, identity: Identity, target: str, now: datetime) -> Record:
+    """Withdraw this memory's lesson ``target``: a signed revocation, and it is no longer published."""
+    with store.write() as db:
+        record = _sign_next(db, lambda seq: sign_revoke(identity.signing_key, target, at=iso(now), seq=seq), now)
+        db.execute("UPDATE lessons SET archived = 1, updated = ? WHERE hash = ? AND origin = ''", (iso(now), target))
+        holdings.bury(db, target, "revoked", now)
+    return record
+
+
+def confirm_received(store: Store, identity: Identity, lesson_ids: list[int], now: datetime) -> list[Record]:
+    """Sign a confirmation for each received lesson whose prediction came true here.
+
+    Only for lessons from another origin that this memory did not publish itself (a
+    lesson it had learned on its own would have been corroborated, not received as a
+    candidate), and once per lesson: one origin counts once.
+    """
+    signed = []
+    with store.write() as db:
+        for lesson_id in lesson_ids:
+            row = db.execute("SELECT hash, origin FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
+            if row is None or row[1] in ("", identity.origin):
+                continue
+            digest = row[0]
+            mine = db.execute("SELECT 1 FROM records WHERE origin = ? AND target = ? AND type IN ('lesson', 'confirm')",
+                              (identity.origin, digest)).fetchone()
+            if mine is None:
+                signed.append(_sign_next(db, functools.partial(_confirm_record, identity, digest, iso(now)), now))
+    return signed

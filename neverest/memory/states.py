@@ -1,0 +1,63 @@
+"""The commons state of the lessons this memory holds, judged from the records it holds.
+
+The rules live in ``neverest.commons``; this module only gathers the facts (one per
+record: its type, origin and signed time) and applies the verdicts that are final:
+a lesson judged removed or revoked gets a tombstone, and the copies received from
+other memories are archived, so that no slower path brings it back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime
+
+from neverest.clock import parse_time
+from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, Verdict, judge
+from neverest.config import Config
+from neverest.memory import holdings
+from neverest.memory.store import Store
+
+
+def commons_config(config: Config) -> CommonsConfig:
+    return CommonsConfig(support_n=config.support_n, window_days=config.window_days,
+                         revoke_quorum=config.revoke_quorum, future_tolerance_s=config.future_tolerance_s)
+
+
+def trust_filter(db: sqlite3.Connection, config: Config, own_origin: str) -> Callable[[str], bool]:
+    """Which origins count as support under the configured trust policy."""
+    allowed = {o.strip() for o in config.trust_allow.split(",") if o.strip()}
+    if config.trust == "any":
+        return lambda origin: True
+    if config.trust == "peers":
+        known = {str(r[0]) for r in db.execute("SELECT origin FROM peers")} | allowed | {own_origin}
+        return known.__contains__
+    raise ValueError(f"trust policy {config.trust!r} is not one of any, peers")
+
+
+def facts(db: sqlite3.Connection, target: str) -> list[Fact]:
+    return [Fact(kind=h.type, origin=h.origin, at=parse_time(h.at))  # type: ignore[arg-type]
+            for h in holdings.about(db, target)]
+
+
+def verdict(db: sqlite3.Connection, target: str, *, now: datetime, config: Config, own_origin: str) -> Verdict:
+    return judge(facts(db, target), now=now, config=commons_config(config),
+                 counts=trust_filter(db, config, own_origin), tombstone=holdings.tombstone(db, target))
+
+
+def commons_pass(store: Store, *, now: datetime, config: Config, own_origin: str) -> dict[str, int]:
+    """Judge every lesson hash held in records; bury the ones whose state became final."""
+    buried = {REMOVED: 0, REVOKED: 0}
+    with store.write() as db:
+        targets = [str(r[0]) for r in db.execute(
+            "SELECT DISTINCT target FROM records WHERE target NOT IN (SELECT hash FROM tombstones)")]
+        for target in targets:
+            v = verdict(db, target, now=now, config=config, own_origin=own_origin)
+            if v.tombstone and v.state in buried:
+                holdings.bury(db, target, v.state, now)
+                # Received copies go; this memory's own lesson, learned from its own sessions, is
+                # the personal layer, which the commons never overwrites (PROTOCOL.md §9).
+                db.execute("UPDATE lessons SET archived = 1 WHERE hash = ? AND origin != '' AND archived = 0",
+                           (target,))
+                buried[v.state] += 1
+    return buried

@@ -1,0 +1,1 @@
+"""Carriers of records between memories: the shared folder (and, later, the HTTP commons)."""
