@@ -24,10 +24,12 @@ the same records, use the same policy and judge at the same ``now`` agree.
   *first publisher* is the one whose earliest lesson record has the earliest signed
   time, ties going to the lowest origin string.  It is chosen among all publishers,
   counted by the policy or not, so that adding a confirmation or a later publication
-  never moves it.  A memory that holds no lesson record for the hash knows no
-  publisher: the verdict is a ``candidate`` with no support, and nothing is lost,
-  because the caller keeps the confirmations and revocations and judges again when
-  the lesson arrives.
+  never moves it.  The price: an origin the policy does not count can back-date a
+  copy to take the first place, which turns the real author's publication into one
+  supporter (at most one; signed times are the signers' claims).  A memory that
+  holds no lesson record for the hash knows no publisher: the verdict is a
+  ``candidate`` with no support, and nothing is lost, because the caller keeps the
+  confirmations and revocations and judges again when the lesson arrives.
 
 - **Support.**  The distinct origins, other than the first publisher, that published
   the hash too or confirmed it, and that the trust policy counts (``counts``; all

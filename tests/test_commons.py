@@ -307,9 +307,10 @@ def test_an_uncounted_publisher_cannot_block_a_revocation() -> None:
 
 
 def test_an_uncounted_first_publisher_can_revoke_its_own_lesson() -> None:
-    facts = [lesson("x"), confirm("b", 1), revoke("x", 2)]
-    verdict = judge(facts, now=at(3), config=CONFIG, counts={"b"})
-    assert (verdict.first_publisher, verdict.state) == ("x", REVOKED)
+    facts = [lesson("x"), confirm("b", 1)]
+    assert judge(facts, now=at(3), config=CONFIG, counts={"b"}).state == CANDIDATE
+    verdict = judge([*facts, revoke("x", 2)], now=at(3), config=CONFIG, counts={"b"})
+    assert (verdict.first_publisher, verdict.state, verdict.revoked_by) == ("x", REVOKED, ("x",))
 
 
 # -- inputs -------------------------------------------------------------------------------
@@ -418,7 +419,9 @@ def test_time_alone_only_moves_forward_along_the_table(
 
 
 @given(fact_lists, nows, configs, policies)
-def test_verdict_invariants(facts: list[Fact], now: datetime, config: CommonsConfig, counts: frozenset[str] | None) -> None:
+def test_verdict_invariants(
+    facts: list[Fact], now: datetime, config: CommonsConfig, counts: frozenset[str] | None
+) -> None:
     verdict = judge(facts, now=now, config=config, counts=counts)
     assert verdict.state in STATES
     assert verdict.tombstone == (verdict.state in TERMINAL)

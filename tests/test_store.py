@@ -66,3 +66,22 @@ def test_lock_held_by_another_process_gives_a_bounded_wait_and_a_clear_message(t
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_version_1_store_migrates_forward_and_keeps_its_data(tmp_path: Path) -> None:
+    from neverest.memory.store import MIGRATIONS
+
+    db = sqlite3.connect(tmp_path / "memory.db", isolation_level=None)
+    for statement in MIGRATIONS[0].split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO episodes (id, kind, gist, at, created) VALUES ('e1', 'note', 'x', 't', 't')")
+    db.execute("INSERT INTO records (origin, seq, type, target, raw, source, received) "
+               "VALUES ('o', 1, 'lesson', 'h', x'7b7d', 'folder', 't')")
+    db.close()
+    with open_store(tmp_path) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 2
+        assert store.db.execute("SELECT id FROM episodes").fetchall() == [("e1",)]
+        assert store.db.execute("SELECT origin, superseded FROM records").fetchall() == [("o", 0)]
+        assert store.db.execute("SELECT count(*) FROM tombstones").fetchone()[0] == 0

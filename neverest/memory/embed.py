@@ -36,7 +36,7 @@ import unicodedata
 from collections.abc import Sequence
 from itertools import pairwise
 from types import TracebackType
-from typing import Final, NamedTuple, Protocol, TypeAlias
+from typing import Any, Final, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -422,3 +422,34 @@ def stack(blobs: Sequence[bytes], dim: int) -> FloatArray:
             raise ValueError(f"a sparse blob indexes beyond {dim} dimensions")
         out[np.repeat(sparse_rows, lengths[sparse_rows] // 5), entries["i"]] = entries["v"]
     return out
+
+
+class VectorRows:
+    """A growable matrix of row vectors with ids: appending is amortised O(1), so a pass that
+    compares each new item with everything before it never re-stacks the whole matrix."""
+
+    def __init__(self, dim: int) -> None:
+        self.ids: list[Any] = []
+        self._data = np.zeros((64, dim), dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def matrix(self) -> FloatArray:
+        return self._data[: len(self.ids)]
+
+    def add(self, row_id: Any, vector: FloatArray) -> None:
+        if len(self.ids) == len(self._data):
+            self._data = np.concatenate([self._data, np.zeros_like(self._data)])
+        self._data[len(self.ids)] = vector
+        self.ids.append(row_id)
+
+    def set(self, index: int, vector: FloatArray) -> None:
+        self._data[index] = vector
+
+    def remove(self, index: int) -> None:
+        last = len(self.ids) - 1
+        self._data[index] = self._data[last]
+        self.ids[index] = self.ids[last]
+        self.ids.pop()

@@ -72,32 +72,35 @@ def _newer(record: Record, seq: int | None, at: str) -> bool:
 
 def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -> PutOutcome:
     digest = digest_of(record.raw)
-    if db.execute("SELECT 1 FROM records WHERE digest = ?", (digest,)).fetchone():
-        return "duplicate"
-    if record.seq is not None:
-        kept = db.execute("SELECT digest FROM records WHERE origin = ? AND seq = ?",
-                          (record.origin, record.seq)).fetchone()
-        if kept is not None:
-            db.execute("INSERT OR IGNORE INTO forks (origin, seq, kept_digest, other_raw, source, received) "
-                       "VALUES (?, ?, ?, ?, ?, ?)", (record.origin, record.seq, kept[0], record.raw, source, iso(now)))
-            return "fork"
     superseded = 0
     outcome: PutOutcome = "new"
     if record.type == "lesson":
         current = db.execute(
-            "SELECT id, seq, at FROM records WHERE origin = ? AND target = ? AND type = 'lesson' AND superseded = 0",
-            (record.origin, record.target)).fetchone()
-        if current is not None:
+            "SELECT id, seq, at, digest FROM records WHERE origin = ? AND target = ? AND type = 'lesson' "
+            "AND superseded = 0", (record.origin, record.target)).fetchone()
+        if current is not None and current[3] != digest:
             if _newer(record, current[1], current[2]):
-                db.execute("UPDATE records SET superseded = 1 WHERE id = ?", (current[0],))
+                superseded = -current[0]  # mark the held one superseded once this one is in
             else:
                 superseded, outcome = 1, "older"
-    db.execute(
+    # The unique indexes on digest and on (origin, seq) decide duplicates and forks in
+    # the same statement that stores the record: one round trip in the common case.
+    inserted = db.execute(
         "INSERT INTO records (origin, seq, type, target, raw, source, received, at, digest, superseded) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (record.origin, record.seq, record.type, record.target, record.raw, source, iso(now), signed_time(record),
-         digest, superseded),
-    )
+         digest, max(superseded, 0)),
+    ).rowcount
+    if not inserted:
+        if db.execute("SELECT 1 FROM records WHERE digest = ?", (digest,)).fetchone():
+            return "duplicate"
+        kept = db.execute("SELECT digest FROM records WHERE origin = ? AND seq = ?",
+                          (record.origin, record.seq)).fetchone()
+        db.execute("INSERT OR IGNORE INTO forks (origin, seq, kept_digest, other_raw, source, received) "
+                   "VALUES (?, ?, ?, ?, ?, ?)", (record.origin, record.seq, kept[0], record.raw, source, iso(now)))
+        return "fork"
+    if superseded < 0:
+        db.execute("UPDATE records SET superseded = 1 WHERE id = ?", (-superseded,))
     return outcome
 
 

@@ -37,11 +37,12 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from neverest.clock import iso, parse_time
 from neverest.config import Config
 from neverest.memory import holdings
-from neverest.memory.embed import HASHED_SPACE, from_blob, hashed_vector, join_threshold
+from neverest.memory.embed import DIM, HASHED_SPACE, VectorRows, hashed_vector, join_threshold, stack, to_blob
 from neverest.memory.store import Store
 from neverest.records import Record, RecordError, parse_many
 
@@ -88,48 +89,72 @@ def _raise(db: sqlite3.Connection, lesson_id: int, origin: str, config: Config, 
     return True
 
 
-def _same_meaning(db: sqlite3.Connection, kind: str, text: str) -> int | None:
-    """A held lesson of ``kind`` whose sources (or sentence) mean what ``text`` says."""
-    rows = db.execute(
-        "SELECT id, COALESCE(centroid, embedding) FROM lessons WHERE kind = ? AND archived = 0 AND space = ? "
-        "AND COALESCE(centroid, embedding) IS NOT NULL", (kind, HASHED_SPACE)).fetchall()
-    if not rows:
-        return None
-    vector = hashed_vector(text)
-    scores = np.stack([from_blob(r[1]) for r in rows]) @ vector
-    best = int(np.argmax(scores))
-    return int(rows[best][0]) if scores[best] >= join_threshold(HASHED_SPACE) else None
+class _MeaningIndex:
+    """The held lessons' vectors (hashed space) by kind, loaded once per receive call.
 
+    Looking up "the same meaning" for every received lesson against a matrix kept in
+    memory, instead of reading every lesson's vector from the store each time, keeps
+    receiving linear in the number of records.
+    """
 
-def _revoked_by(db: sqlite3.Connection, origin: str, target: str) -> bool:
-    return db.execute("SELECT 1 FROM records WHERE type = 'revoke' AND origin = ? AND target = ?",
-                      (origin, target)).fetchone() is not None
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._rows: dict[str, VectorRows] = {}
+        rows = db.execute(
+            "SELECT id, kind, COALESCE(centroid, embedding) FROM lessons WHERE archived = 0 AND space = ? "
+            "AND COALESCE(centroid, embedding) IS NOT NULL", (HASHED_SPACE,)).fetchall()
+        if rows:
+            matrix = stack([r[2] for r in rows], DIM)
+            for (lesson_id, kind, _), vector in zip(rows, matrix, strict=True):
+                self.add(kind, lesson_id, vector)
+
+    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32]) -> None:
+        self._rows.setdefault(kind, VectorRows(DIM)).add(lesson_id, vector)
+
+    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32]) -> int | None:
+        """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says."""
+        rows = self._rows.get(kind)
+        if rows is None or not len(rows):
+            return None
+        scores = rows.matrix @ vector
+        best = int(np.argmax(scores))
+        return int(rows.ids[best]) if scores[best] >= join_threshold(HASHED_SPACE) else None
 
 
 def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-                  result: ReceiveResult) -> None:
-    if record.origin == own_origin or holdings.tombstone(db, record.target) or _revoked_by(
-            db, record.origin, record.target):
+                  result: ReceiveResult, index: _MeaningIndex) -> None:
+    if record.origin == own_origin:
+        return
+    # One round trip: is the hash tombstoned, did this origin already revoke it, and which
+    # lesson here holds it (this memory's own first)?
+    buried, revoked, held_id, held_origin = db.execute(
+        "SELECT EXISTS (SELECT 1 FROM tombstones WHERE hash = :h), "
+        "EXISTS (SELECT 1 FROM records WHERE type = 'revoke' AND origin = :o AND target = :h), "
+        "id, origin FROM (SELECT 1) LEFT JOIN (SELECT id, origin FROM lessons WHERE hash = :h AND archived = 0 "
+        "ORDER BY origin != '', id LIMIT 1)", {"h": record.target, "o": record.origin}).fetchone()
+    if buried or revoked:
         return
     fields = record.fields
-    held = db.execute("SELECT id, origin FROM lessons WHERE hash = ? AND archived = 0 ORDER BY origin != '', id",
-                      (record.target,)).fetchone()
+    held = None if held_id is None else (held_id, held_origin)
     if held is not None:
         if held[1] != record.origin and _raise(db, held[0], record.origin, config, now):
             result.corroborated += 1
         return
-    similar = _same_meaning(db, fields["kind"], fields["text"])
+    vector = hashed_vector(fields["text"])
+    similar = index.same_meaning(fields["kind"], vector)
     if similar is not None:
         if _raise(db, similar, record.origin, config, now):
             result.corroborated += 1
         return
+    # Embedded at once in the hashed space, so that the next record with the same meaning
+    # is recognised before any sleep (a sleep in a model's space re-embeds it).
     cursor = db.execute(
-        "INSERT INTO lessons (hash, kind, text, strength, seen, created, updated, origin, origins, layer) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'common')",
+        "INSERT INTO lessons (hash, kind, text, strength, seen, created, updated, origin, origins, layer, space, "
+        "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'common', ?, ?)",
         (record.target, fields["kind"], fields["text"], CANDIDATE_STRENGTH, fields["seen"], iso(now), iso(now),
-         record.origin, json.dumps([record.origin])))
+         record.origin, json.dumps([record.origin]), HASHED_SPACE, to_blob(vector)))
     result.candidates += 1
     lesson_id = int(cursor.lastrowid or 0)
+    index.add(fields["kind"], lesson_id, vector)
     # Confirmations that arrived before the lesson count now.
     for (confirmer,) in db.execute("SELECT DISTINCT origin FROM records WHERE type = 'confirm' AND target = ?",
                                    (record.target,)).fetchall():
@@ -156,53 +181,86 @@ def _apply_revoke(db: sqlite3.Connection, record: Record, now: datetime, result:
 
 
 def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-           result: ReceiveResult) -> None:
+           result: ReceiveResult, index: _MeaningIndex) -> None:
     if record.type == "lesson":
-        _apply_lesson(db, record, own_origin, config, now, result)
+        _apply_lesson(db, record, own_origin, config, now, result, index)
     elif record.type == "confirm":
         _apply_confirm(db, record, own_origin, config, now, result)
     else:
         _apply_revoke(db, record, now, result)
 
 
-def _store_batch(store: Store, batch: list[Record | RecordError], source: str, own_origin: str, config: Config,
-                 now: datetime, result: ReceiveResult) -> None:
-    horizon = now + timedelta(seconds=config.future_tolerance_s)
-    with store.write() as db:
-        refused: Counter[str] = Counter()
-        for item in batch:
-            if isinstance(item, RecordError):
-                refused[item.code] += 1
-                continue
-            if parse_time(holdings.signed_time(item)) > horizon:
-                refused["future"] += 1
-                continue
-            outcome = holdings.put(db, item, source=source, now=now)
-            if outcome == "duplicate":
-                result.duplicates += 1
-            elif outcome == "fork":
-                result.forks += 1
-                refused["fork"] += 1
-            elif outcome == "older":
-                result.older += 1
-            else:
-                result.accepted += 1
-                _apply(db, item, own_origin, config, now, result)
-        for reason, n in refused.items():
-            holdings.count_refusal(db, source, reason, now, n)
-        result.refused.update(refused)
+class Receiver:
+    """Receives records from any number of sources, committing in batches that span them.
+
+    One receiver per sync keeps one meaning index and one transaction per batch, however
+    many small files or peers the records came from: ``receive`` it all, then ``close``.
+    """
+
+    def __init__(self, store: Store, *, own_origin: str, config: Config, now: datetime) -> None:
+        self.store, self.own_origin, self.config, self.now = store, own_origin, config, now
+        self._index = _MeaningIndex(store.db)
+        self._pending: list[tuple[str, Record | RecordError, ReceiveResult]] = []
+
+    def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
+        """Verify and queue ``lines`` from ``source``; the result fills in as batches commit."""
+        result = ReceiveResult()
+        for _, item in parse_many((None, line) for line in lines):
+            self._pending.append((source, item, result))
+            if len(self._pending) >= _BATCH:
+                self.flush()
+        return result
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
+        with self.store.write() as db:
+            refused: Counter[tuple[str, str]] = Counter()
+            for source, item, result in self._pending:
+                reason = self._store_one(db, source, item, result, horizon)
+                if reason is not None:
+                    refused[source, reason] += 1
+                    result.refused[reason] += 1
+            for (source, reason), n in refused.items():
+                holdings.count_refusal(db, source, reason, self.now, n)
+        self._pending = []
+
+    def _store_one(self, db: sqlite3.Connection, source: str, item: Record | RecordError, result: ReceiveResult,
+                   horizon: datetime) -> str | None:
+        """Store and apply one record; the refusal reason, if it is refused."""
+        if isinstance(item, RecordError):
+            return item.code
+        if parse_time(holdings.signed_time(item)) > horizon:
+            return "future"
+        outcome = holdings.put(db, item, source=source, now=self.now)
+        if outcome == "duplicate":
+            result.duplicates += 1
+        elif outcome == "fork":
+            result.forks += 1
+            return "fork"
+        elif outcome == "older":
+            result.older += 1
+        else:
+            result.accepted += 1
+            _apply(db, item, self.own_origin, self.config, self.now, result, self._index)
+        return None
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Commit what was verified even if the caller stopped early: every record in a
+        # batch was checked on its own, and losing it would only mean fetching it again.
+        self.close()
 
 
 def receive(store: Store, lines: Iterable[bytes | str | None], *, source: str, own_origin: str, config: Config,
             now: datetime) -> ReceiveResult:
     """Verify, store and apply record lines from ``source``; returns what happened to them."""
-    result = ReceiveResult()
-    batch: list[Record | RecordError] = []
-    for _, item in parse_many((None, line) for line in lines):
-        batch.append(item)
-        if len(batch) >= _BATCH:
-            _store_batch(store, batch, source, own_origin, config, now, result)
-            batch = []
-    if batch:
-        _store_batch(store, batch, source, own_origin, config, now, result)
+    with Receiver(store, own_origin=own_origin, config=config, now=now) as receiver:
+        result = receiver.receive(lines, source=source)
     return result

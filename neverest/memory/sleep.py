@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from neverest.clock import iso, parse_time
 from neverest.config import Config
-from neverest.memory.embed import VERIFY_COSINE, Embedder, from_blob, join_threshold, to_blob
+from neverest.memory.embed import VERIFY_COSINE, Embedder, VectorRows, from_blob, join_threshold, to_blob
 from neverest.memory.model import Writer
 from neverest.memory.phrasing import observation
 from neverest.memory.store import Store
@@ -156,36 +156,6 @@ def decay_pass(store: Store, now: datetime, config: Config, report: SleepReport)
 # -- 3. consolidate -------------------------------------------------------------------
 
 
-class _Rows:
-    """A growable matrix of unit-ish row vectors with ids, for one kind."""
-
-    def __init__(self, dim: int) -> None:
-        self.ids: list[Any] = []
-        self._data = np.zeros((64, dim), dtype=np.float32)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def matrix(self) -> Vector:
-        return self._data[: len(self.ids)]
-
-    def add(self, row_id: Any, vector: Vector) -> None:
-        if len(self.ids) == len(self._data):
-            self._data = np.concatenate([self._data, np.zeros_like(self._data)])
-        self._data[len(self.ids)] = vector
-        self.ids.append(row_id)
-
-    def set(self, index: int, vector: Vector) -> None:
-        self._data[index] = vector
-
-    def remove(self, index: int) -> None:
-        last = len(self.ids) - 1
-        self._data[index] = self._data[last]
-        self.ids[index] = self.ids[last]
-        self.ids.pop()
-
-
 @dataclass
 class _Lesson:
     id: int
@@ -199,17 +169,17 @@ class _Consolidator:
         self.store, self.space, self.now, self.config = store, space, now, config
         self.writer, self.report = writer, report
         self.threshold = join_threshold(space)
-        self.lessons: dict[str, _Rows] = {}
+        self.lessons: dict[str, VectorRows] = {}
         self.lesson_info: dict[int, _Lesson] = {}
-        self.waiting: dict[str, _Rows] = {}
+        self.waiting: dict[str, VectorRows] = {}
         self.changed: set[int] = set()
         self.new_waiting: set[str] = set()  # tonight's episodes still waiting for a repeat
 
     def _load(self, dim: int) -> None:
         db = self.store.db
         for kind in CONSOLIDATING_KINDS:
-            self.lessons[kind] = _Rows(dim)
-            self.waiting[kind] = _Rows(dim)
+            self.lessons[kind] = VectorRows(dim)
+            self.waiting[kind] = VectorRows(dim)
         for lesson_id, kind, sources, blob in db.execute(
             "SELECT id, kind, sources, centroid FROM lessons WHERE archived = 0 AND origin = '' "
             "AND centroid IS NOT NULL AND space = ?", (self.space,)

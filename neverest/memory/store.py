@@ -136,6 +136,7 @@ ALTER TABLE records ADD COLUMN at TEXT NOT NULL DEFAULT '';
 ALTER TABLE records ADD COLUMN digest TEXT;
 ALTER TABLE records ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
 CREATE UNIQUE INDEX records_digest ON records(digest);
+CREATE UNIQUE INDEX records_origin_seq_once ON records(origin, seq);
 CREATE TABLE forks (
     origin TEXT NOT NULL,
     seq INTEGER NOT NULL,

@@ -28,7 +28,7 @@ from neverest.config import Config
 from neverest.identity import Identity
 from neverest.lines import read_lines
 from neverest.memory import holdings
-from neverest.memory.receive import ReceiveResult, receive
+from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
 from neverest.records import MAX_RECORD_BYTES
 
@@ -70,17 +70,17 @@ def write_own(store: Store, identity: Identity, folder: Path) -> int:
 def read_others(store: Store, identity: Identity, folder: Path, config: Config, now: datetime
                 ) -> dict[str, ReceiveResult]:
     results = {}
-    for path in sorted(folder.iterdir()):
-        if not _ORIGIN_FILE.fullmatch(path.name) or path.name == f"{identity.origin}.jsonl" or not path.is_file():
-            continue
-        try:
-            with path.open("rb") as stream:
-                lines = (line for _, line in read_lines(stream, MAX_RECORD_BYTES) if line is None or line.strip())
-                results[path.name] = receive(store, lines, source=f"folder:{path.name}", own_origin=identity.origin,
-                                             config=config, now=now)
-        except OSError:
-            # Vanished or unreadable between listing and opening (a sync tool at work): next time.
-            continue
+    with Receiver(store, own_origin=identity.origin, config=config, now=now) as receiver:
+        for path in sorted(folder.iterdir()):
+            if not _ORIGIN_FILE.fullmatch(path.name) or path.name == f"{identity.origin}.jsonl" or not path.is_file():
+                continue
+            try:
+                with path.open("rb") as stream:
+                    lines = (line for _, line in read_lines(stream, MAX_RECORD_BYTES) if line is None or line.strip())
+                    results[path.name] = receiver.receive(lines, source=f"folder:{path.name}")
+            except OSError:
+                # Vanished or unreadable between listing and opening (a sync tool at work): next time.
+                continue
     return results
 
 
