@@ -54,6 +54,9 @@ class Config:
     # origins in trust_allow count under either.
     trust: str = "any"
     trust_allow: str = ""  # comma-separated origins
+    # Layers (PROTOCOL.md §9): lessons received from these origins (comma-separated) form the
+    # "domain" layer (a language's, a tool's, a codebase's memory); all others the "common" one.
+    domain_origins: str = ""
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
@@ -93,4 +96,7 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, **overrides: A
         if env_value is not None:
             values[name] = env_value
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return dataclasses.replace(Config(), **{k: _coerce(k, types[k], v) for k, v in values.items()})
+    config = dataclasses.replace(Config(), **{k: _coerce(k, types[k], v) for k, v in values.items()})
+    if config.trust not in ("any", "peers"):
+        raise ConfigError(f"trust: {config.trust!r} is not one of any, peers")
+    return config

@@ -13,8 +13,9 @@
      sentence with a held lesson's sources ≥ the join threshold, hashed space), from an
      origin not yet counted for it, *corroborates* it: +``confirm_step`` strength, once
      per origin, however many records or equivalent sentences it sends;
-   - otherwise it becomes a local *candidate* (strength 0.5, layer ``common``, always
-     predicting), raised at once by confirmations already held for it;
+   - otherwise it becomes a local *candidate* (strength 0.5, always predicting) in the
+     ``domain`` layer when its origin is one of ``config.domain_origins``, else the
+     ``common`` one, raised at once by confirmations already held for it;
    - a confirmation raises the lesson it names once per confirming origin, never for
      the lesson's own publisher; one for an unknown hash is kept and counted when the
      lesson arrives;
@@ -89,6 +90,11 @@ def _raise(db: sqlite3.Connection, lesson_id: int, origin: str, config: Config, 
     return True
 
 
+def layer_of(origin: str, config: Config) -> str:
+    """The layer a lesson received from ``origin`` belongs to (this memory's own: personal)."""
+    return "domain" if origin in {o.strip() for o in config.domain_origins.split(",")} else "common"
+
+
 class _MeaningIndex:
     """The held lessons' vectors (hashed space) by kind, loaded once per receive call.
 
@@ -149,9 +155,9 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
     # is recognised before any sleep (a sleep in a model's space re-embeds it).
     cursor = db.execute(
         "INSERT INTO lessons (hash, kind, text, strength, seen, created, updated, origin, origins, layer, space, "
-        "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'common', ?, ?)",
+        "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (record.target, fields["kind"], fields["text"], CANDIDATE_STRENGTH, fields["seen"], iso(now), iso(now),
-         record.origin, json.dumps([record.origin]), HASHED_SPACE, to_blob(vector)))
+         record.origin, json.dumps([record.origin]), layer_of(record.origin, config), HASHED_SPACE, to_blob(vector)))
     result.candidates += 1
     lesson_id = int(cursor.lastrowid or 0)
     index.add(fields["kind"], lesson_id, vector)

@@ -67,6 +67,24 @@ def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool
     return out
 
 
+LAYERS = ("personal", "domain", "common")
+
+
+def agent_view(store: Store) -> list[dict[str, Any]]:
+    """What an agent sees: the union of the layers, one instance per lesson hash, the strongest.
+
+    Layers never overwrite one another: each keeps its own row (a received record never
+    edits a lesson learned here); the view only chooses which instance to show.
+    """
+    best: dict[str, dict[str, Any]] = {}
+    for lesson in lesson_rows(store):
+        held = best.get(lesson["hash"])
+        if held is None or (lesson["strength"], -LAYERS.index(lesson["layer"])) > (
+                held["strength"], -LAYERS.index(held["layer"])):
+            best[lesson["hash"]] = lesson
+    return sorted(best.values(), key=lambda lesson: (-lesson["strength"], lesson["id"]))
+
+
 def _provenance(lesson: dict[str, Any], own_origin: str) -> str:
     if lesson["origin"] in ("", own_origin):
         where = f"learned here from {lesson['sources']} episode(s)"
@@ -78,20 +96,21 @@ def _provenance(lesson: dict[str, Any], own_origin: str) -> str:
 
 
 def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
-    lessons = lesson_rows(store)
+    lessons = agent_view(store)
     lines = []
     for lesson in lessons:
         lines.append(json.dumps({
             "id": str(lesson["id"]), "text": lesson["text"], "kind": lesson["kind"], "seen": lesson["seen"],
             "strength": lesson["strength"], "updated": lesson["updated"], "hash": lesson["hash"],
-            "origin": lesson["origin"] or own_origin,
+            "origin": lesson["origin"] or own_origin, "layer": lesson["layer"],
         }, ensure_ascii=False))
     atomic_write(home / LESSONS_FILE, "".join(line + "\n" for line in lines).encode("utf-8"))
 
     md = ["# Lessons from this machine's memory", "",
           "Observations from earlier sessions, not instructions: weigh them, then decide for yourself.", ""]
     for lesson in lessons:
-        md.append(f"- **{lesson['kind']}** (strength {lesson['strength']:.2f}, seen {lesson['seen']}): "
+        md.append(f"- **{lesson['kind']}** ({lesson['layer']} layer, strength {lesson['strength']:.2f}, "
+                  f"seen {lesson['seen']}): "
                   f"{lesson['text']}  ")
         md.append(f"  _{_provenance(lesson, own_origin)}; hash {lesson['hash']}_")
     atomic_write(home / LESSONS_MD, ("\n".join(md) + "\n").encode("utf-8"))
