@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Five memories A-E share one folder: the sharing walkthrough of the README, end to end.
+# Everything happens in a temporary folder, removed at the end.  Needs neverestctl on PATH.
+set -euo pipefail
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+shared=$work/shared project=$work/project
+mkdir -p "$project"
+ctl() { local who=$1; shift; neverestctl --home "$work/$who" "$@"; }
+sync_all() { for _ in 1 2; do for m in A B C D E; do ctl $m folder sync "$shared" >/dev/null; done; done; }
+err=(--kind error --title "pip install -e ." --happened "fails without --no-build-isolation")
+
+echo "== A meets the same error in two sessions, opts its project in, sleeps"
+export NEVEREST_NOW=2026-03-01T09:00:00Z
+ctl A remember "${err[@]}" --cwd "$project" --session a1 >/dev/null
+ctl A remember "${err[@]}" --cwd "$project" --session a2 >/dev/null
+ctl A publish --project "$project"
+ctl A sleep >/dev/null
+ctl A lessons
+
+echo "== after a sync, B-E hold it as a candidate"
+sync_all
+ctl B lessons
+
+echo "== C, D and E meet the error in their own sessions, sleep, and confirm"
+export NEVEREST_NOW=2026-03-02T03:00:00Z
+for m in A B C D E; do ctl $m sleep >/dev/null; done   # received candidates make their predictions
+export NEVEREST_NOW=2026-03-03T10:00:00Z
+for m in C D E; do ctl $m remember "${err[@]}" --session "${m}1" >/dev/null; done
+export NEVEREST_NOW=2026-03-04T03:00:00Z
+for m in C D E; do ctl $m sleep >/dev/null; done
+sync_all
+for m in A B C D E; do echo -n "$m: "; ctl $m lessons; done
+
+echo "== 91 days later, with no new support"
+export NEVEREST_NOW=2026-06-03T03:00:00Z
+for m in A B C D E; do echo -n "$m: "; ctl $m lessons; done
+hash=$(ctl A lessons --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["hash"])')
+ctl B show "$hash"
+
+echo "== A revokes it; after a sync it is gone everywhere"
+origin_a=$(ctl A id --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["origin"])')
+cp "$shared/$origin_a.jsonl" "$work/old-A.jsonl"
+ctl A revoke "$hash"
+sync_all
+for m in A B C D E; do echo "$m: $(ctl $m lessons | wc -l) lesson(s)"; done
+
+echo "== an old copy of A's file comes back: the lesson does not"
+cp "$work/old-A.jsonl" "$shared/$origin_a.jsonl"
+for m in B C D E; do ctl $m folder sync "$shared" >/dev/null; echo "$m: $(ctl $m lessons | wc -l) lesson(s)"; done
+ctl B show "$hash" | head -2
