@@ -184,24 +184,26 @@ def sign_lesson(
     return _sign(signing_key, fields)
 
 
+def _sign_about(signing_key: nacl.signing.SigningKey, field: str, target: str, at: str,
+                seq: int | None) -> Record:
+    fields: dict[str, Any] = {field: target, "at": at}
+    if seq is not None:
+        fields["seq"] = seq
+    return _sign(signing_key, fields)
+
+
 def sign_confirm(
     signing_key: nacl.signing.SigningKey, target: str, *, at: str, seq: int | None = None
 ) -> Record:
     """Sign a confirmation: the lesson ``target`` came true in this memory's own sessions."""
-    fields: dict[str, Any] = {"confirm": target, "at": at}
-    if seq is not None:
-        fields["seq"] = seq
-    return _sign(signing_key, fields)
+    return _sign_about(signing_key, "confirm", target, at, seq)
 
 
 def sign_revoke(
     signing_key: nacl.signing.SigningKey, target: str, *, at: str, seq: int | None = None
 ) -> Record:
     """Sign a revocation: this origin withdraws its lesson ``target``."""
-    fields: dict[str, Any] = {"revoke": target, "at": at}
-    if seq is not None:
-        fields["seq"] = seq
-    return _sign(signing_key, fields)
+    return _sign_about(signing_key, "revoke", target, at, seq)
 
 
 # -- parsing and verifying -----------------------------------------------------------

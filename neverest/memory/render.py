@@ -14,34 +14,15 @@ leaves either the old version or the new one.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from neverest.files import atomic_write
 from neverest.memory.store import Store
 from neverest.paths import LESSONS_FILE
 
 LESSONS_MD = "lessons.md"
 MORNING_MD = "morning.md"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool = False) -> list[dict[str, Any]]:

@@ -16,15 +16,14 @@ Each memory writes its own records to ``DIR/<origin>.jsonl`` and reads every oth
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from neverest.config import Config
+from neverest.files import atomic_write
 from neverest.identity import Identity
 from neverest.lines import read_lines
 from neverest.memory import holdings
@@ -53,17 +52,8 @@ class FolderResult:
 
 def write_own(store: Store, identity: Identity, folder: Path) -> int:
     records = holdings.of_origin(store.db, identity.origin, current_only=True)
-    data = b"".join(r.raw + b"\n" for r in records)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{identity.origin}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / f"{identity.origin}.jsonl")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # Signed records are meant to be read by the other memories: readable by all.
+    atomic_write(folder / f"{identity.origin}.jsonl", b"".join(r.raw + b"\n" for r in records), mode=0o644)
     return len(records)
 
 
