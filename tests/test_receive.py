@@ -72,6 +72,7 @@ def test_a_newer_version_supersedes_and_an_older_one_does_not(store: Store) -> N
     take(store, lesson(seq=5, seen=9))
     current = [h for h in holdings.about(store.db, HASH) if not h.superseded]
     assert json.loads(current[0].raw)["seq"] == 5
+    assert store.db.execute("SELECT seen FROM lessons WHERE hash = ?", (HASH,)).fetchone()[0] == 9
 
 
 def test_a_fork_is_kept_as_evidence_and_changes_nothing(store: Store) -> None:

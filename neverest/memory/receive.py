@@ -96,7 +96,7 @@ def layer_of(origin: str, config: Config) -> str:
 
 
 class _MeaningIndex:
-    """The held lessons' vectors (hashed space) by kind, loaded once per receive call.
+    """The held lessons' vectors (hashed space) by kind, loaded once per Receiver.
 
     Looking up "the same meaning" for every received lesson against a matrix kept in
     memory, instead of reading every lesson's vector from the store each time, keeps
@@ -142,7 +142,9 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
     fields = record.fields
     held = None if held_id is None else (held_id, held_origin)
     if held is not None:
-        if held[1] != record.origin and _raise(db, held[0], record.origin, config, now):
+        if held[1] == record.origin:  # a newer version from its publisher: its count of surprises
+            db.execute("UPDATE lessons SET seen = ? WHERE id = ?", (fields["seen"], held[0]))
+        elif _raise(db, held[0], record.origin, config, now):
             result.corroborated += 1
         return
     vector = hashed_vector(fields["text"])
