@@ -294,6 +294,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_revoke(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         target = _find(memory, args.hash)
+        mine = memory.store.db.execute(
+            "SELECT 1 FROM lessons WHERE hash = ? AND origin = '' UNION "
+            "SELECT 1 FROM records WHERE target = ? AND origin = ? AND type = 'lesson'",
+            (target, target, memory.identity.origin)).fetchone()
+        if mine is None:
+            raise UsageError(f"{target} is not a lesson of this memory; only its origin can revoke it")
         now = memory.clock.now()
         record = publish.revoke(memory.store, memory.identity, target, now)
         commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)

@@ -85,3 +85,16 @@ def test_corrections_stay_private_unless_asked(tmp_path: Path, capsys: pytest.Ca
         record)
     run(capsys, "--home", str(home), "unpublish", "--project", str(project))
     assert json.loads(run(capsys, "--home", str(home), "status", "--json"))["published_projects"] == []
+
+
+def test_only_the_origin_can_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEVEREST_NOW", "2026-04-01T12:05:00Z")
+    folder, home = tmp_path / "shared", tmp_path / "B"
+    folder.mkdir()
+    (folder / ("cd" * 8 + ".jsonl")).write_bytes(lesson("Port 8080 is taken by the proxy on this host", 1) + b"\n")
+    run(capsys, "--home", str(home), "folder", "sync", str(folder))
+    [held] = [json.loads(line) for line in run(capsys, "--home", str(home), "lessons", "--json").splitlines()]
+    assert main(["--home", str(home), "revoke", held["hash"]]) == 2
+    assert "only its origin can revoke" in capsys.readouterr().err
+    assert main(["--home", str(home), "show", "ffffff"]) == 2
