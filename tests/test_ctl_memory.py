@@ -144,14 +144,22 @@ def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
     with open_store(home) as store:
         stored = ingest(store, events(3000, now.replace(month=2), 20, seed=7), now=now).stored
     env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
-    for delay in (1.2, 1.8):
+    for kills, extra_s in enumerate((0.05, 0.4)):
         child = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "sleep"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
+        # Kill it only once it is inside a sleep (its row is written first), however slow
+        # this machine is to start Python.
+        with open_store(home) as watcher:
+            deadline = time.monotonic() + 120
+            while watcher.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] < kills + 1:
+                assert child.poll() is None, "the sleep ended before it could be killed"
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        time.sleep(extra_s)
         child.send_signal(signal.SIGKILL)
         child.wait()
-    with open_store(home) as store:  # the kills did land in the middle of a sleep
-        assert store.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] >= 1
+    with open_store(home) as store:  # both kills did land in the middle of a sleep
+        assert store.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] == 2
     done = subprocess.run([sys.executable, "-m", "neverest.ctl", "sleep", "--json"], env=env,
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr

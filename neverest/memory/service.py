@@ -7,6 +7,7 @@ optional writing model, the sleep passes and the render that follows them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +52,7 @@ class Memory:
         return Writer(Endpoint(self.config.writer_url, self.config.writer_model,
                                read_timeout_s=self.config.model_timeout_s))
 
-    @property
+    @functools.cached_property
     def identity(self) -> Identity:
         return load_or_create(self.home)
 
