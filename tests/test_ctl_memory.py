@@ -144,7 +144,7 @@ def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
     with open_store(home) as store:
         stored = ingest(store, events(3000, now.replace(month=2), 20, seed=7), now=now).stored
     env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
-    for kills, extra_s in enumerate((0.05, 0.4)):
+    for kills, extra_s in enumerate((0.05, 0.15)):
         child = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "sleep"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Kill it only once it is inside a sleep (its row is written first), however slow
