@@ -57,6 +57,12 @@ class Config:
     # Layers (PROTOCOL.md §9): lessons received from these origins (comma-separated) form the
     # "domain" layer (a language's, a tool's, a codebase's memory); all others the "common" one.
     domain_origins: str = ""
+    # The daemon (neverestd).  Times of day are the machine's local time.
+    sleep_at: str = "03:00"  # the nightly sleep, HH:MM
+    inbox_every_s: float = 2.0  # how often the inbox file is drained
+    folder: str = ""  # a shared folder synced after every sleep ("" = none)
+    control_timeout_s: float = 10.0  # how long a control-socket client may take to send its request
+    log_json: bool = False
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
@@ -76,11 +82,13 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
     raise ConfigError(f"{name}: {value!r} is not a {kind.__name__}")
 
 
-def load_config(home: Path, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
-    """Defaults < config.toml < NEVEREST_* environment < ``overrides`` (flags; None means unset)."""
+def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path | None = None,
+                **overrides: Any) -> Config:
+    """Defaults < config.toml (``path``, else the home's) < NEVEREST_* environment < ``overrides``
+    (flags; None means unset)."""
     environ = os.environ if env is None else env
     values: dict[str, Any] = {}
-    path = home / CONFIG_FILE
+    path = path or home / CONFIG_FILE
     if path.exists():
         try:
             values.update(tomllib.loads(path.read_text(encoding="utf-8")))
@@ -99,4 +107,17 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, **overrides: A
     config = dataclasses.replace(Config(), **{k: _coerce(k, types[k], v) for k, v in values.items()})
     if config.trust not in ("any", "peers"):
         raise ConfigError(f"trust: {config.trust!r} is not one of any, peers")
+    try:
+        sleep_time(config)
+    except ValueError:
+        raise ConfigError(f"sleep_at: {config.sleep_at!r} is not a time of day like 03:00") from None
     return config
+
+
+def sleep_time(config: Config) -> tuple[int, int]:
+    """The nightly sleep's (hour, minute)."""
+    hour, _, minute = config.sleep_at.partition(":")
+    h, m = int(hour), int(minute)
+    if not (0 <= h < 24 and 0 <= m < 60):
+        raise ValueError(config.sleep_at)
+    return h, m

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, TextIO
 from neverest import __version__
 from neverest.clock import clock_from_env
 from neverest.config import ConfigError, load_config
+from neverest.control import ControlError, ask
 from neverest.identity import IdentityError, load_or_create
 from neverest.lines import read_lines
 from neverest.memory import holdings, publish
@@ -309,6 +310,11 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    home = resolve_home(args.home)
+    try:  # what only the daemon knows (uptime, last sleep...), when one runs
+        daemon: dict[str, Any] | None = ask(home, {"op": "status"}, timeout_s=10.0)["status"]
+    except ControlError:
+        daemon = None
     with _memory(args) as memory:
         db = memory.store.db
         last = db.execute("SELECT started FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
@@ -325,9 +331,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
             "refused": [{"source": s, "reason": r, "count": n, "last": t} for s, r, n, t in db.execute(
                 "SELECT source, reason, count, last FROM refusals ORDER BY source, reason")],
         }
+    out["daemon"] = daemon
     if args.json:
         print(json.dumps(out))
         return 0
+    if daemon is None:
+        print(f"{'daemon':<12} not running")
+    else:
+        print(f"{'daemon':<12} up {daemon['uptime_s']:.0f} s; last sleep {daemon['last_sleep'] or 'none yet'}; "
+              f"next {daemon['next_sleep']}")
     for key in ("origin", "home", "episodes", "lessons", "records", "forks", "tombstones", "last_sleep"):
         print(f"{key:<12} {out[key]}")
     print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
