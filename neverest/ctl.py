@@ -29,6 +29,7 @@ from neverest.memory.service import Memory
 from neverest.memory.states import commons_pass, verdict
 from neverest.memory.store import StoreError
 from neverest.paths import resolve_home
+from neverest.peers import table as peer_table
 from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse_many
 from neverest.transports import folder
 
@@ -348,6 +349,41 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_peer_add(args: argparse.Namespace) -> int:
+    with _memory(args) as memory, memory.store.write() as db:
+        try:
+            url = peer_table.add(db, args.url, source="manual", now=memory.clock.now())
+        except peer_table.PeerError as exc:
+            raise UsageError(str(exc)) from None
+    print(f"added {url}; its origin is learned at the first exchange")
+    return 0
+
+
+def _cmd_peer_remove(args: argparse.Namespace) -> int:
+    with _memory(args) as memory, memory.store.write() as db:
+        gone = peer_table.remove(db, args.peer)
+    if not gone:
+        print(f"neverestctl: no peer or address {args.peer}", file=sys.stderr)
+        return 1
+    print(f"removed {args.peer}")
+    return 0
+
+
+def _cmd_peer_list(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        addresses = peer_table.listing(memory.store.db)
+    for a in addresses:
+        if args.json:
+            print(json.dumps({"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen,
+                              "score": a.score, "failures": a.failures, "ignored_until": a.ignored_until,
+                              "last_error": json.loads(a.last_error) if a.last_error else None}))
+        else:
+            state = f"ignored until {a.ignored_until}" if a.ignored_until else f"score {a.score:g}"
+            print(f"{a.url:<32} {a.origin or '(origin not known yet)':<22} {a.source:<9} "
+                  f"last seen {a.last_seen or 'never'}; {state}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
@@ -419,6 +455,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("revoke", help="withdraw a lesson this memory published")
     p.add_argument("hash", metavar="HASH")
     p.set_defaults(func=_cmd_revoke)
+
+    p = sub.add_parser("peer", help="the peers this memory gossips with")
+    peer_sub = p.add_subparsers(dest="peer_command", required=True, metavar="ACTION")
+    q = peer_sub.add_parser("add", help="add a peer by URL, like http://192.0.2.7:7428")
+    q.add_argument("url", metavar="URL")
+    q.set_defaults(func=_cmd_peer_add)
+    q = peer_sub.add_parser("remove", help="forget an address, or a peer (by origin) and all its addresses")
+    q.add_argument("peer", metavar="URL|ORIGIN")
+    q.set_defaults(func=_cmd_peer_remove)
+    q = peer_sub.add_parser("list", help="the peers, their addresses, scores and back-offs")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_cmd_peer_list)
 
     p = sub.add_parser("status", help="this memory at a glance, with refusals by reason and source")
     p.add_argument("--json", action="store_true")

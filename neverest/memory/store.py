@@ -130,7 +130,9 @@ CREATE TABLE peers (
 # - forks keeps the evidence when one origin signs two different records with one seq;
 # - tombstones stop a removed or revoked lesson from coming back by a slower path;
 # - refusals counts what was refused, by source and reason;
-# - projects lists the projects whose lessons the owner publishes.
+# - projects lists the projects whose lessons the owner publishes;
+# - peer_addresses holds where peers can be reached (a URL is known before its origin is:
+#   `peer add URL` works while the peer is offline), with failures and back-off.
 _SCHEMA_V2: Final = """
 ALTER TABLE records ADD COLUMN at TEXT NOT NULL DEFAULT '';
 ALTER TABLE records ADD COLUMN digest TEXT;
@@ -155,6 +157,17 @@ CREATE TABLE refusals (
     PRIMARY KEY (source, reason)
 );
 CREATE TABLE projects (path TEXT PRIMARY KEY, corrections INTEGER NOT NULL DEFAULT 0, since TEXT NOT NULL);
+CREATE TABLE peer_addresses (
+    url TEXT PRIMARY KEY,
+    origin TEXT,
+    source TEXT NOT NULL,
+    added TEXT NOT NULL,
+    last_seen TEXT,
+    last_error TEXT,
+    failures INTEGER NOT NULL DEFAULT 0,
+    ignored_until TEXT
+);
+CREATE INDEX peer_addresses_origin ON peer_addresses(origin);
 """
 
 MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2)
