@@ -1,0 +1,102 @@
+"""The directory: a file or a URL that lists peers, polled by the daemon.
+
+A directory is a convenience, not a dependency (seeds/000 §5): when it is down the
+daemon keeps the peers it knows.  Accepted forms, whichever the body parses as:
+
+- JSON: an array whose items are URLs (``"http://192.0.2.7:7428"``) or objects with a
+  ``url`` and optionally an ``origin`` (what an HTTP commons' ``GET /directory`` serves);
+- text: one URL per line; blank lines and lines starting with ``#`` are skipped.
+
+Everything is bounded: at most ``MAX_BYTES`` are read, at most ``MAX_PEERS`` entries
+kept; an entry that is not a usable URL, or an origin that is not 16 hex digits, is
+skipped and counted.  A URL is fetched with httpx, with connect and read timeouts and
+a streamed, size-capped body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+from neverest.peers.table import PeerError, normalise_url
+
+MAX_BYTES: Final = 1024 * 1024
+MAX_PEERS: Final = 1000
+CONNECT_TIMEOUT_S: Final = 5.0
+READ_TIMEOUT_S: Final = 15.0
+_ORIGIN = re.compile(r"[0-9a-f]{16}")
+
+
+class DirectoryError(Exception):
+    """The directory could not be read; the message says why."""
+
+
+@dataclass
+class Listing:
+    peers: list[tuple[str, str | None]] = field(default_factory=list)  # (url, origin or None)
+    skipped: int = 0
+
+
+def parse(body: bytes) -> Listing:
+    if len(body) > MAX_BYTES:
+        raise DirectoryError(f"the directory is over {MAX_BYTES} bytes")
+    text = body.decode("utf-8", errors="replace")
+    items: list[Any]
+    try:
+        loaded = json.loads(text)
+        items = loaded if isinstance(loaded, list) else []
+        if not isinstance(loaded, list):
+            raise DirectoryError("a JSON directory is an array of URLs or {url, origin} objects")
+    except ValueError:
+        items = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    listing = Listing()
+    seen: set[str] = set()
+    for item in items:
+        url, origin = (item, None) if isinstance(item, str) else (
+            (item.get("url"), item.get("origin")) if isinstance(item, dict) else (None, None))
+        if not isinstance(url, str) or (origin is not None and not (
+                isinstance(origin, str) and _ORIGIN.fullmatch(origin))):
+            listing.skipped += 1
+            continue
+        try:
+            url = normalise_url(url)
+        except PeerError:
+            listing.skipped += 1
+            continue
+        if url in seen:
+            continue
+        if len(listing.peers) >= MAX_PEERS:
+            listing.skipped += 1
+            continue
+        seen.add(url)
+        listing.peers.append((url, origin))
+    return listing
+
+
+def fetch(where: str, *, transport: httpx.BaseTransport | None = None) -> Listing:
+    """Read the directory at ``where``: an http(s) URL, or a file path."""
+    if not where.startswith(("http://", "https://")):
+        try:
+            with open(Path(where).expanduser(), "rb") as f:
+                return parse(f.read(MAX_BYTES + 1))
+        except OSError as exc:
+            raise DirectoryError(f"cannot read the directory file {where}: {exc.strerror}") from None
+    timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    try:
+        with httpx.Client(timeout=timeout, transport=transport, follow_redirects=False) as client, \
+                client.stream("GET", where) as response:
+            if response.status_code != 200:
+                raise DirectoryError(f"the directory {where} answered HTTP {response.status_code}")
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > MAX_BYTES:
+                    raise DirectoryError(f"the directory {where} is over {MAX_BYTES} bytes")
+    except httpx.HTTPError as exc:
+        raise DirectoryError(f"the directory {where} could not be read: {exc}") from None
+    return parse(bytes(body))
