@@ -1,0 +1,88 @@
+"""The gossip HTTP edge: real hypercorn on 127.0.0.1 and a real httpx client, hostile bodies included."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import trio
+
+from neverest.gossip.http import EXCHANGE_PATH, ExchangeFailed, GossipApp, RemoteError, client, post, serve
+
+
+async def echo(body: bytes, peer: str) -> bytes:
+    if body == b"bad":
+        raise RemoteError("that is not a gossip message")
+    if body == b"boom":
+        raise RuntimeError("a bug of ours")
+    return b"echo:" + body
+
+
+@pytest.fixture
+async def server(nursery: trio.Nursery) -> AsyncIterator[str]:
+    app = GossipApp(echo, max_body_bytes=64 * 1024, body_timeout_s=1.0)
+    binds = await nursery.start(serve, app, "127.0.0.1:0")
+    yield binds[0]
+    nursery.cancel_scope.cancel()
+
+
+async def test_an_exchange_round_trips(server: str) -> None:
+    async with client() as http:
+        assert await post(http, server, b"hello", max_response_bytes=1024) == b"echo:hello"
+
+
+async def test_errors_say_who_is_at_fault(server: str) -> None:
+    async with client() as http:
+        with pytest.raises(ExchangeFailed, match="400: that is not a gossip message"):
+            await post(http, server, b"bad", max_response_bytes=1024)
+        with pytest.raises(ExchangeFailed, match="500: internal error"):
+            await post(http, server, b"boom", max_response_bytes=1024)
+        response = await http.get(server + EXCHANGE_PATH)
+        assert response.status_code == 405
+        assert (await http.post(server + "/other", content=b"x")).status_code == 404
+
+
+async def test_oversize_bodies_are_refused_declared_or_streamed(server: str) -> None:
+    async with client() as http:
+        response = await http.post(server + EXCHANGE_PATH, content=b"x" * (64 * 1024 + 1))
+        assert response.status_code == 413
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(1000):  # 64 MB if nobody stopped it
+                yield b"y" * 65536
+        try:
+            response = await http.post(server + EXCHANGE_PATH, content=chunks())
+            assert response.status_code == 413
+        except httpx.HTTPError:
+            pass  # the server may close the connection while we are still sending: refused either way
+
+
+async def test_a_trickling_peer_is_cut_off_and_others_are_served(server: str) -> None:
+    host, port = server.removeprefix("http://").split(":")
+    trickler = socket.create_connection((host, int(port)))
+    trickler.sendall(b"POST " + EXCHANGE_PATH.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+    async with client() as http:
+        with trio.fail_after(5):
+            for _ in range(20):  # meanwhile, other peers are served at once
+                assert await post(http, server, b"quick", max_response_bytes=1024) == b"echo:quick"
+    await trio.sleep(1.5)
+    trickler.settimeout(5)
+    answer = trickler.recv(1024)
+    trickler.close()
+    assert b" 408 " in answer.split(b"\r\n")[0]
+
+
+async def test_client_bounds(server: str) -> None:
+    async with client(connect_timeout_s=1) as http:
+        with pytest.raises(ExchangeFailed) as err:
+            await post(http, server, b"x" * 2000, max_response_bytes=100)
+        assert err.value.kind == "oversize"
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()
+        with pytest.raises(ExchangeFailed) as err:
+            await post(http, url, b"x", max_response_bytes=100)
+        assert err.value.kind == "unreachable"
