@@ -1,0 +1,442 @@
+"""The gossip wire format v1: msgpack messages, every size bounded before it is allocated.
+
+One message is one HTTP body (the edge posts requests to the responder and gets the
+reply in the response).  It is a msgpack map with short keys; readers ignore keys they
+do not know, and type numbers are append-only (a new message gets a new number, an old
+number never changes meaning)::
+
+    {"v": 1,          # wire version; any other value is refused as bad-version
+     "t": <int>,      # MessageType below; an unknown number is refused as unknown-type
+     "a": <auth>,     # who sends it and to whom, signed (peer_auth.py)
+     "b": <bin>}      # the body: itself a msgpack map, kept as bytes so that the
+                      # signature covers exactly the bytes received (no re-encoding)
+
+    auth = {"o": bin 8    sender's origin,   "k": bin 32  its Ed25519 public key,
+            "to": bin 8   origin addressed (8 zero bytes: not known yet),
+            "ts": int     unix seconds,      "n": bin 16  fresh random nonce,
+            "s": bin 64   Ed25519 signature (peer_auth.signed_bytes)}
+
+Bodies, by type (``?`` marks an optional key):
+
+==  ========  =========  ==================================================================
+t   name      sent by    body
+==  ========  =========  ==================================================================
+1   SYNC      initiator  {"f": bin 16 fingerprint of its digest, "d"?: its digest}
+2   IN_SYNC   responder  {}  (fingerprints equal: the exchange is over)
+3   DIGEST    responder  {"d": its digest, "r"?: records the initiator lacks, "m": bool}
+4   PUSH      initiator  {"d"?: its digest, "r": records the responder lacks}
+5   DELTA     responder  {"r": records the initiator lacks, "m": bool}
+6   REFUSED   responder  {"c": str code, "w": str message}  (ProtocolError codes below)
+==  ========  =========  ==================================================================
+
+- a *digest* is ``{"o": bin 8n, "s": [n ints], "h": bin 8n}``: n origins as 8 raw bytes each,
+  sorted strictly ascending (so there are no duplicates and the form is canonical), each
+  origin's highest held ``seq`` (1 ≤ seq < 2^63), and the first 8 bytes of the BLAKE2b-128
+  of that record's bytes (``core.seq_hash``, which also says how forks change it);
+- its *fingerprint* is BLAKE2b-128 of ``b"neverest-digest-v1\\0"`` followed, per origin in
+  that order, by origin (8) ‖ seq (8, big-endian) ‖ hash (8): independent of the encoding;
+- ``"r"`` is an array of records, each a bin holding one record line exactly as its origin
+  signed it (1..16 384 bytes, ``records.MAX_RECORD_BYTES``); ``"m"`` says the sender cut
+  the records at its byte budget and has more.
+
+Bounds, all checked before the thing bounded is allocated (msgpack's ``max_*_len``
+limits refuse a length header before it allocates, and the body is only unpacked after
+the envelope decoded):
+
+- a message: at most ``MAX_MESSAGE_BYTES`` (4 MiB), checked on the length alone;
+- a digest: at most ``MAX_ORIGINS`` (100 000) origins, so at most about 2.4 MiB;
+- records: at most ``MAX_RECORDS`` (10 000) per message, each at most 16 KiB;
+- maps at most 32 entries, arrays at most 100 000 items, strings at most 1 024 bytes, no
+  extension types, nesting as deep as msgpack's own fixed stack (a deeper message is
+  refused).
+
+Every refusal is a ``ProtocolError`` that says who is at fault (h11's Local/Remote
+split): ``"remote"`` for bytes a peer sent, ``"local"`` for a message this memory could
+not build.  Codes are a closed set, ``CODES``: programs may rely on them.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import msgpack
+
+from neverest.records import MAX_RECORD_BYTES
+
+VERSION: Final = 1
+MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+# 100 000 origins: two orders of magnitude above the networks this is built for
+# (DESIGN §4 benchmarks 10 000), while a full digest stays well under the message bound.
+MAX_ORIGINS: Final = 100_000
+MAX_RECORDS: Final = 10_000
+ORIGIN_BYTES: Final = 8
+HASH_BYTES: Final = 8
+KEY_BYTES: Final = 32
+NONCE_BYTES: Final = 16
+SIG_BYTES: Final = 64
+FINGERPRINT_BYTES: Final = 16
+MAX_SEQ: Final = 2**63 - 1
+MAX_TEXT: Final = 1024
+# A record bin costs its bytes plus at most 3 bytes of msgpack header (bin 16: records are
+# under 64 KiB); byte budgets count this so that a budget bounds the encoded size.
+RECORD_OVERHEAD: Final = 3
+
+FINGERPRINT_DOMAIN: Final = b"neverest-digest-v1\x00"
+NO_ORIGIN: Final = "0" * (2 * ORIGIN_BYTES)
+
+Who = Literal["remote", "local"]
+
+# Refusal codes.  Add, never rename: peers and programs rely on them.
+CODES: Final = frozenset({
+    "too-large",          # a message over MAX_MESSAGE_BYTES
+    "bad-msgpack",        # not msgpack, truncated, trailing bytes, a length over a bound, too deep
+    "bad-version",        # "v" is not 1
+    "unknown-type",       # "t" is not a MessageType
+    "unexpected-type",    # a known type where it makes no sense (a reply sent as a request...)
+    "bad-field",          # a field missing or of the wrong type, size or order
+    "too-many-origins",   # a digest over MAX_ORIGINS
+    "too-many-records",   # more than MAX_RECORDS records
+    "bad-record",         # a record whose origin, seq or signed time cannot be read
+    "gap",                # records of an origin that would leave a hole in the receiver's history
+    "origin-mismatch",    # auth origin is not the fingerprint of auth key
+    "wrong-peer",         # addressed to another origin (or to nobody in particular)
+    "stale",              # auth timestamp outside the allowed clock skew
+    "bad-signature",      # the auth signature does not verify
+    "replay",             # a nonce already seen
+    "busy",               # too many nonces to remember: try again later
+    "refused",            # the peer answered REFUSED (its code is in the message)
+})
+
+
+class ProtocolError(Exception):
+    """A gossip message was refused.  ``who`` is at fault; ``code`` is one of ``CODES``."""
+
+    def __init__(self, who: Who, code: str, message: str) -> None:
+        assert code in CODES, code
+        super().__init__(f"{who} {code}: {message}")
+        self.who: Who = who
+        self.code = code
+        self.message = message
+
+
+class MessageType(enum.IntEnum):
+    SYNC = 1
+    IN_SYNC = 2
+    DIGEST = 3
+    PUSH = 4
+    DELTA = 5
+    REFUSED = 6
+
+
+REQUESTS: Final = frozenset({MessageType.SYNC, MessageType.PUSH})
+
+Entry = tuple[int, bytes]  # (highest seq held, HASH_BYTES of that record's digest)
+
+
+class Digest(Mapping[str, Entry]):
+    """A memory's version vector: origin (hex) → (highest seq held, short hash of that record)."""
+
+    __slots__ = ("_entries", "_fingerprint")
+
+    def __init__(self, entries: Mapping[str, Entry] | None = None) -> None:
+        self._entries: dict[str, Entry] = dict(entries or {})
+        self._fingerprint: bytes | None = None
+
+    def __getitem__(self, origin: str) -> Entry:
+        return self._entries[origin]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Digest({len(self)} origins, fingerprint {self.fingerprint.hex()})"
+
+    @property
+    def fingerprint(self) -> bytes:
+        """BLAKE2b-128 of the sorted entries; equal fingerprints mean equal digests."""
+        if self._fingerprint is None:
+            h = hashlib.blake2b(FINGERPRINT_DOMAIN, digest_size=FINGERPRINT_BYTES)
+            for origin in sorted(self._entries):
+                seq, short = self._entries[origin]
+                h.update(bytes.fromhex(origin) + seq.to_bytes(8, "big") + short)
+            self._fingerprint = h.digest()
+        return self._fingerprint
+
+
+# -- bodies ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    fingerprint: bytes
+    digest: Digest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InSync:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DigestReply:
+    digest: Digest
+    records: tuple[bytes, ...] | None = None
+    more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    records: tuple[bytes, ...]
+    digest: Digest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    records: tuple[bytes, ...]
+    more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    code: str
+    message: str
+
+
+Body = Sync | InSync | DigestReply | Push | Delta | Refused
+
+_TYPES: Final[dict[type[Any], MessageType]] = {
+    Sync: MessageType.SYNC, InSync: MessageType.IN_SYNC, DigestReply: MessageType.DIGEST,
+    Push: MessageType.PUSH, Delta: MessageType.DELTA, Refused: MessageType.REFUSED,
+}
+
+
+def type_of(body: Body) -> MessageType:
+    return _TYPES[type(body)]
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """The identity part every message carries (peer_auth.py signs and checks it)."""
+
+    origin: str  # hex, 16 digits
+    key: bytes
+    to: str  # hex, 16 digits; NO_ORIGIN when the sender does not know the peer's origin yet
+    ts: int
+    nonce: bytes
+    sig: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded message whose body is still bytes: authenticate first, then decode_body."""
+
+    type: MessageType
+    auth: Auth
+    body: bytes
+
+
+# -- decoding ----------------------------------------------------------------------------
+
+# The envelope holds one bin of up to a whole message (the body) and a few small fields.
+_ENVELOPE_LIMITS: Final = {"max_bin_len": MAX_MESSAGE_BYTES, "max_str_len": 64, "max_array_len": 64,
+                           "max_map_len": 32, "max_ext_len": 0}
+# A body holds at most one digest (an array of MAX_ORIGINS ints) or MAX_RECORDS record bins.
+# Arrays are what must be bounded here: msgpack makes the list from the length header before
+# it reads the items.  A bin is only made from bytes that are there, so the body's own length
+# bounds it; its size is then checked with a clearer error (too-many-origins, a record's size).
+_BODY_LIMITS: Final = {"max_bin_len": MAX_MESSAGE_BYTES, "max_str_len": MAX_TEXT,
+                       "max_array_len": max(MAX_ORIGINS, MAX_RECORDS), "max_map_len": 32, "max_ext_len": 0}
+
+
+def _remote(code: str, message: str) -> ProtocolError:
+    return ProtocolError("remote", code, message)
+
+
+def _unpack(data: bytes, limits: Mapping[str, int], what: str) -> dict[str, Any]:
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True, **limits)
+    except msgpack.StackError:
+        raise _remote("bad-msgpack", f"{what} is nested too deeply") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise _remote("bad-msgpack", f"{what} is not valid msgpack: {exc or type(exc).__name__}") from None
+    if not isinstance(obj, dict):
+        raise _remote("bad-field", f"{what} must be a msgpack map, not {type(obj).__name__}")
+    return obj
+
+
+def _bin(obj: Mapping[str, Any], key: str, size: int | None = None) -> bytes:
+    value = obj.get(key)
+    if type(value) is not bytes or (size is not None and len(value) != size):
+        shape = "bytes" if size is None else f"{size} bytes"
+        raise _remote("bad-field", f'"{key}" must be {shape}')
+    return value
+
+
+def _int(obj: Mapping[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if type(value) is not int:  # bool is not an int here
+        raise _remote("bad-field", f'"{key}" must be an integer')
+    return value
+
+
+def _bool(obj: Mapping[str, Any], key: str) -> bool:
+    value = obj.get(key, False)
+    if type(value) is not bool:
+        raise _remote("bad-field", f'"{key}" must be a boolean')
+    return value
+
+
+def _str(obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if type(value) is not str:
+        raise _remote("bad-field", f'"{key}" must be a string')
+    return value
+
+
+def _origin(obj: Mapping[str, Any], key: str) -> str:
+    return _bin(obj, key, ORIGIN_BYTES).hex()
+
+
+def decode(data: bytes) -> Envelope:
+    """Decode a message's envelope.  Raises ProtocolError("remote", ...)."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise _remote("too-large", f"message is {len(data)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+    obj = _unpack(data, _ENVELOPE_LIMITS, "the message")
+    version = obj.get("v")
+    if type(version) is not int or version != VERSION:
+        raise _remote("bad-version", f"v must be {VERSION}, not {version!r:.40}")
+    number = _int(obj, "t")
+    try:
+        mtype = MessageType(number)
+    except ValueError:
+        raise _remote("unknown-type", f"unknown message type {number}") from None
+    auth = obj.get("a")
+    if not isinstance(auth, dict):
+        raise _remote("bad-field", '"a" must be a map')
+    return Envelope(
+        type=mtype,
+        auth=Auth(origin=_origin(auth, "o"), key=_bin(auth, "k", KEY_BYTES), to=_origin(auth, "to"),
+                  ts=_int(auth, "ts"), nonce=_bin(auth, "n", NONCE_BYTES), sig=_bin(auth, "s", SIG_BYTES)),
+        body=_bin(obj, "b"),
+    )
+
+
+def _digest(obj: Mapping[str, Any]) -> Digest:
+    value = obj.get("d")
+    if not isinstance(value, dict):
+        raise _remote("bad-field", '"d" must be a digest map')
+    origins, seqs, hashes = _bin(value, "o"), value.get("s"), _bin(value, "h")
+    n = len(origins) // ORIGIN_BYTES
+    if n > MAX_ORIGINS:
+        raise _remote("too-many-origins", f"a digest names {n} origins; the limit is {MAX_ORIGINS}")
+    if (len(origins) % ORIGIN_BYTES or type(seqs) is not list or len(seqs) != n
+            or len(hashes) != n * HASH_BYTES):
+        raise _remote("bad-field", "a digest needs 8 bytes of origin, one seq and 8 bytes of hash per origin")
+    entries: dict[str, Entry] = {}
+    previous = b""
+    for i, seq in enumerate(seqs):
+        origin = origins[i * ORIGIN_BYTES:(i + 1) * ORIGIN_BYTES]
+        if origin <= previous:
+            raise _remote("bad-field", "digest origins must be sorted and distinct")
+        if type(seq) is not int or not 1 <= seq <= MAX_SEQ:
+            raise _remote("bad-field", f"digest seq must be an integer from 1 to 2^63-1, not {seq!r:.40}")
+        entries[origin.hex()] = (seq, hashes[i * HASH_BYTES:(i + 1) * HASH_BYTES])
+        previous = origin
+    return Digest(entries)
+
+
+def _records(obj: Mapping[str, Any]) -> tuple[bytes, ...]:
+    value = obj.get("r")
+    if type(value) is not list:
+        raise _remote("bad-field", '"r" must be an array of records')
+    if len(value) > MAX_RECORDS:
+        raise _remote("too-many-records", f"{len(value)} records; the limit is {MAX_RECORDS}")
+    for record in value:
+        if type(record) is not bytes or not 1 <= len(record) <= MAX_RECORD_BYTES:
+            raise _remote("bad-field", f"each record must be 1 to {MAX_RECORD_BYTES} bytes")
+    return tuple(value)
+
+
+def decode_body(mtype: MessageType, data: bytes) -> Body:
+    """Decode the body of a message of type ``mtype``.  Raises ProtocolError("remote", ...)."""
+    obj = _unpack(data, _BODY_LIMITS, "the body")
+    if mtype is MessageType.SYNC:
+        return Sync(fingerprint=_bin(obj, "f", FINGERPRINT_BYTES), digest=_digest(obj) if "d" in obj else None)
+    if mtype is MessageType.IN_SYNC:
+        return InSync()
+    if mtype is MessageType.DIGEST:
+        return DigestReply(digest=_digest(obj), records=_records(obj) if "r" in obj else None, more=_bool(obj, "m"))
+    if mtype is MessageType.PUSH:
+        return Push(records=_records(obj), digest=_digest(obj) if "d" in obj else None)
+    if mtype is MessageType.DELTA:
+        return Delta(records=_records(obj), more=_bool(obj, "m"))
+    return Refused(code=_str(obj, "c"), message=_str(obj, "w"))
+
+
+# -- encoding ----------------------------------------------------------------------------
+
+
+def _local(code: str, message: str) -> ProtocolError:
+    return ProtocolError("local", code, message)
+
+
+def _encode_digest(digest: Digest) -> dict[str, Any]:
+    if len(digest) > MAX_ORIGINS:
+        raise _local("too-many-origins", f"this memory holds {len(digest)} origins; a digest names at most "
+                                         f"{MAX_ORIGINS}")
+    origins = sorted(digest)
+    return {"o": bytes.fromhex("".join(origins)), "s": [digest[o][0] for o in origins],
+            "h": b"".join(digest[o][1] for o in origins)}
+
+
+def _encode_records(records: Sequence[bytes]) -> list[bytes]:
+    if len(records) > MAX_RECORDS:
+        raise _local("too-many-records", f"{len(records)} records; the limit is {MAX_RECORDS}")
+    if any(not 1 <= len(r) <= MAX_RECORD_BYTES for r in records):
+        raise _local("bad-record", f"a record must be 1 to {MAX_RECORD_BYTES} bytes")
+    return list(records)
+
+
+def encode_body(body: Body) -> bytes:
+    """The body's bytes (what the signature covers).  Raises ProtocolError("local", ...)."""
+    obj: dict[str, Any]
+    if isinstance(body, Sync):
+        obj = {"f": body.fingerprint}
+        if body.digest is not None:
+            obj["d"] = _encode_digest(body.digest)
+    elif isinstance(body, InSync):
+        obj = {}
+    elif isinstance(body, DigestReply):
+        obj = {"d": _encode_digest(body.digest), "m": body.more}
+        if body.records is not None:
+            obj["r"] = _encode_records(body.records)
+    elif isinstance(body, Push):
+        obj = {"r": _encode_records(body.records)}
+        if body.digest is not None:
+            obj["d"] = _encode_digest(body.digest)
+    elif isinstance(body, Delta):
+        obj = {"r": _encode_records(body.records), "m": body.more}
+    else:
+        # Cut to the bounds a reader applies, by characters and then by UTF-8 bytes.
+        obj = {"c": body.code[:64], "w": body.message.encode("utf-8")[:MAX_TEXT].decode("utf-8", "ignore")}
+    return bytes(msgpack.packb(obj, use_bin_type=True))
+
+
+def encode(mtype: MessageType, auth: Auth, body: bytes) -> bytes:
+    """A whole message.  Raises ProtocolError("local", "too-large") past MAX_MESSAGE_BYTES."""
+    data = bytes(msgpack.packb({
+        "v": VERSION, "t": int(mtype),
+        "a": {"o": bytes.fromhex(auth.origin), "k": auth.key, "to": bytes.fromhex(auth.to), "ts": auth.ts,
+              "n": auth.nonce, "s": auth.sig},
+        "b": body,
+    }, use_bin_type=True))
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise _local("too-large", f"message would be {len(data)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+    return data

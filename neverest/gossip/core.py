@@ -1,0 +1,558 @@
+"""Anti-entropy between two memories, as sans-IO logic (h11's ``_connection.py`` style).
+
+Nothing here opens a socket, reads a clock or draws from global randomness: the caller
+passes ``now``, a ``random.Random`` (seeded in simulations, ``SystemRandom`` in the
+daemon), the signing key and a ``StoreView``; the state machines take bytes and return
+the bytes to send.  The HTTP edge, the loopback harness (loopback.py) and the simulator
+all drive the same ``Initiator`` and ``Responder``.
+
+**Digests** (Scuttlebutt reconciliation, van Renesse et al. 2008, §3).  A memory's digest
+maps each origin whose records it holds with a ``seq`` to ``(n, h)``: ``n`` the highest seq
+it holds of that origin (superseded records count: they are held and relayed, so the
+history has no false gaps), ``h`` a short hash of the record held at ``n`` (``seq_hash``:
+the first 8 bytes of the BLAKE2b-128 of its bytes, or, when the store holds fork
+evidence at ``n``, a hash of all the records known there).  Gossip sends each origin's
+records in seq order, starting right after the receiver's ``n``, never skipping one, and
+the receiver refuses a delta that would leave a hole; so, as far as gossip goes, ``n``
+also says "I hold 1..n".
+
+Records without ``seq`` (from other implementations) are not in the vector and never
+move by gossip: they move by the folder and the commons, which carry whole files.  An
+origin's history with a hole in it (the folder carries only current records, so it can
+leave out superseded ones) is relayed by gossip up to the hole; peers get the rest from
+memories that hold it.
+
+**The exchange** (DESIGN §4), one HTTP POST per round trip::
+
+    initiator                                        responder
+    SYNC {f: fingerprint, d: digest if ≤ 16 origins}  ──▶
+                                                     ◀──  IN_SYNC {}                  (same fingerprint: done)
+                                                     ◀──  DIGEST {d, r: pull if d was sent, m}
+    PUSH {r: push, d: digest unless it was sent}      ──▶
+                                                     ◀──  DELTA {r: pull, m}
+
+Two memories in sync finish in one round trip of about 370 bytes, whatever the number of
+origins, since a digest is only sent when fingerprints differ.  A small digest rides along
+with SYNC so that small networks also pull in one round trip; PUSH is then sent only when
+the initiator has something the responder lacks.  An initiator that only knows an
+address sends SYNC to ``NO_ORIGIN``; the responder's signed ``wrong-peer`` refusal names its
+origin, and the initiator starts again addressed to it (one more round trip).
+
+**Deltas** (``delta``).  For each origin where the peer's entry is behind or differs, in an
+order shuffled by the caller's ``rng`` so that no origin starves when budgets cut: first
+*fork witnesses* (below), then the origin's records from the peer's ``n + 1`` on, each
+seq exactly one more than the last, until the first seq this memory lacks.  The delta
+stops before the first record that does not fit the byte budget (``record_cost``: its
+bytes plus 3 bytes of msgpack framing; a budget always fits the largest record).  An
+origin's run is therefore always a prefix of what is missing, and a cut exchange resumes
+exactly where it stopped: the receiver's ``n`` moved to the last record it applied, and
+the next delta starts after it.  ``m`` (``more``) says the delta was cut; the daemon can
+run another exchange at once.
+
+**Receiving** (``take``).  Before anything is applied, the record lines are read just far
+enough to know their origin, seq and signed time (``bad-record`` if they cannot be), and
+a message in which an origin's records would skip past the receiver's ``n + 1`` is refused
+whole as a ``gap``: an honest sender never does that, and accepting it would make this
+memory skip the missing records forever.  A record signed further in the future than
+``future_tolerance_s`` would be refused by the receive function today and accepted later,
+so it and the rest of its origin's run are *held back* (not applied, no hole), and come
+again in a later exchange.  Everything else goes through the one receive function
+(``neverest.memory.receive.Receiver``, via ``StoreView.apply``), which verifies every
+record, stores it once, records forks and applies the merge rule.  A record that it
+refuses (an invalid one, or one its rules refuse) is not held, and the records after it
+are still applied: a record refused here would be refused again, so waiting for it would
+stop the origin for good.  The cost is that a hostile peer can make this memory skip a
+record by sending an invalid one in its place; the receive function counts that refusal
+against ``gossip:<peer origin>``, which is what peer scoring reads.
+
+**Forks** (one origin, one seq, two different records: a key used on two machines, a
+memory restored from a backup) are detected even where the seqs alone agree.  When a
+peer's digest names seq ``k`` of an origin (its ``n``) and the records this memory knows
+at ``k`` hash differently, the sender puts them (all but the one the peer's hash names)
+ahead of that origin's run, as *witnesses*.  The receive function keeps the first record
+and stores the other as evidence (``forks``), counted in ``ExchangeResult.applied.forks``.
+Because a digest's hash covers every record known at that seq, a memory that holds
+evidence the peer lacks sends it too, so both sides of an exchange learn of the fork and
+can penalise the origin; and two memories that kept different sides agree again once
+each holds the other's as evidence, so they go back to one round trip.  (The store keeps
+one piece of evidence per kept record and seq; with three records at one seq, two
+memories may go on sending each other a witness that is not stored, one record per
+exchange, until the origin signs its next seq.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final, NamedTuple, Protocol
+
+import nacl.signing
+
+from neverest.clock import parse_time
+from neverest.config import Config
+from neverest.gossip import peer_auth
+from neverest.gossip.codec import (
+    HASH_BYTES,
+    MAX_RECORDS,
+    NO_ORIGIN,
+    NONCE_BYTES,
+    RECORD_OVERHEAD,
+    REQUESTS,
+    Body,
+    Delta,
+    Digest,
+    DigestReply,
+    InSync,
+    MessageType,
+    ProtocolError,
+    Push,
+    Refused,
+    Sync,
+    decode,
+    decode_body,
+    encode,
+    encode_body,
+    type_of,
+)
+from neverest.memory.receive import ReceiveResult
+from neverest.records import MAX_RECORD_BYTES, origin_of
+
+# Every exchange must make progress, so a budget always fits the largest record.
+MIN_BUDGET_BYTES: Final = MAX_RECORD_BYTES + RECORD_OVERHEAD
+# 1 MiB of records next to a digest of MAX_ORIGINS (about 2.4 MiB) stays under the 4 MiB
+# message bound, and moves a few thousand lessons per round trip.
+MAX_BUDGET_BYTES: Final = 1024 * 1024
+# 16 origins make a digest of about 400 bytes: sent with SYNC, it keeps an in-sync
+# exchange under 1 KB and saves a round trip whenever only the initiator lacks records.
+INLINE_DIGEST_ORIGINS: Final = 16
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one memory chooses for its exchanges (the daemon builds it from Config)."""
+
+    budget_bytes: int = MAX_BUDGET_BYTES  # records per delta, as record_cost counts them
+    skew_s: int = peer_auth.DEFAULT_SKEW_S
+    future_tolerance_s: float = Config.future_tolerance_s  # the receive function's own bound
+    inline_digest_origins: int = INLINE_DIGEST_ORIGINS
+
+    def __post_init__(self) -> None:
+        if not MIN_BUDGET_BYTES <= self.budget_bytes <= MAX_BUDGET_BYTES:
+            raise ValueError(f"budget_bytes must be from {MIN_BUDGET_BYTES} to {MAX_BUDGET_BYTES}")
+
+
+class Run(NamedTuple):
+    """One origin's consecutive records; ``cut`` when the budget stopped it, not a gap or the end."""
+
+    records: list[bytes]
+    cut: bool
+
+
+class StoreView(Protocol):
+    """What the logic needs from a memory's store (view.SqliteView is the real one)."""
+
+    def digest(self) -> Digest:
+        """The version vector of the records held (see the module docstring)."""
+        ...
+
+    def known_at(self, origin: str, seq: int) -> list[bytes]:
+        """Every record known with this origin and seq: the one kept first, then fork evidence."""
+        ...
+
+    def run(self, origin: str, after: int, *, budget_bytes: int, max_records: int) -> Run:
+        """The origin's records with seq after+1, after+2, ... while consecutive and within the budgets."""
+        ...
+
+    def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
+        """Verify, store and apply records through the one receive function."""
+        ...
+
+
+def record_digest(raw: bytes) -> bytes:
+    """The BLAKE2b-128 of a record's bytes: what the store indexes records by (holdings.digest_of)."""
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def seq_hash(digests: Collection[bytes]) -> bytes:
+    """A digest entry's hash for the records known at one (origin, seq), from their record_digest:
+    the first 8 bytes of the one record's digest, or when a fork put several there, of the
+    BLAKE2b-128 of their digests sorted."""
+    if len(digests) == 1:
+        return next(iter(digests))[:HASH_BYTES]
+    return hashlib.blake2b(b"".join(sorted(digests)), digest_size=16).digest()[:HASH_BYTES]
+
+
+def record_cost(raw: bytes) -> int:
+    """What a record counts against a byte budget: its bytes and its msgpack framing."""
+    return len(raw) + RECORD_OVERHEAD
+
+
+# -- sending -----------------------------------------------------------------------------
+
+
+class Batch(NamedTuple):
+    records: list[bytes]
+    more: bool  # some origin's run was cut by the budget
+
+
+def _witnesses(view: StoreView, origin: str, mine: tuple[int, bytes], theirs: tuple[int, bytes]) -> list[bytes]:
+    """Records proving a fork at the peer's highest seq, or [] when we agree on it."""
+    seq, their_hash = theirs
+    if seq == 0 or seq > mine[0] or (seq == mine[0] and their_hash == mine[1]):
+        return []
+    known = view.known_at(origin, seq)
+    digests = [record_digest(r) for r in known]
+    if not known or seq_hash(set(digests)) == their_hash:
+        return []
+    # The peer's hash names its one record there, unless it already knows of a fork: send
+    # every record known at that seq but that one.
+    return [r for r, d in zip(known, digests, strict=True) if d[:HASH_BYTES] != their_hash]
+
+
+_NOTHING: Final = (0, b"")
+
+
+def _lags(seen: tuple[int, bytes], entry: tuple[int, bytes]) -> bool:
+    """Whether a peer at ``seen`` lacks records we hold up to ``entry``, or holds another record there."""
+    return seen[0] < entry[0] or (seen[0] == entry[0] and seen[1] != entry[1])
+
+
+def delta(view: StoreView, mine: Digest, theirs: Digest, *, budget_bytes: int, rng: random.Random,
+          max_records: int = MAX_RECORDS) -> Batch:
+    """The records a peer with digest ``theirs`` lacks, stopping before the first that does not fit."""
+    behind = sorted(o for o, entry in mine.items() if _lags(theirs.get(o, _NOTHING), entry))
+    rng.shuffle(behind)  # sorted first, so that the order depends on rng alone
+    out: list[bytes] = []
+    left = budget_bytes
+    for origin in behind:
+        entry, seen = mine[origin], theirs.get(origin, _NOTHING)
+        witnesses = _witnesses(view, origin, entry, seen)
+        cost = sum(map(record_cost, witnesses))
+        if cost > left or len(out) + len(witnesses) > max_records:
+            return Batch(out, True)
+        out += witnesses
+        left -= cost
+        if entry[0] > seen[0]:
+            run = view.run(origin, seen[0], budget_bytes=left, max_records=max_records - len(out))
+            out += run.records
+            left -= sum(map(record_cost, run.records))
+            if run.cut:
+                return Batch(out, True)
+    return Batch(out, False)
+
+
+# -- receiving ---------------------------------------------------------------------------
+
+
+def _claim(raw: bytes) -> tuple[str, int, datetime]:
+    """A record's origin, seq and signed time as it claims them; the receive function verifies."""
+    try:
+        obj: Any = json.loads(raw)
+        origin, seq = obj["origin"], obj["seq"]
+        signed = parse_time(obj["updated" if "hash" in obj else "at"])
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        raise ProtocolError("remote", "bad-record", "a record's origin, seq or time cannot be read") from None
+    if type(origin) is not str or len(origin) != 16 or type(seq) is not int or seq < 1:
+        raise ProtocolError("remote", "bad-record", "a record needs an origin and a positive seq to be gossiped")
+    return origin, seq, signed
+
+
+@dataclass
+class Taken:
+    result: ReceiveResult
+    held_back: int  # records signed too far in the future, left for a later exchange
+
+
+def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetime,
+         future_tolerance_s: float) -> Taken:
+    """Check a delta's shape against this memory's digest, then apply it through the receive function.
+
+    Raises ProtocolError("remote", "bad-record" | "gap") before applying anything.
+    """
+    if not records:
+        return Taken(ReceiveResult(), 0)
+    current = view.digest()
+    horizon = now + timedelta(seconds=future_tolerance_s)
+    top: dict[str, int] = {}
+    stopped: set[str] = set()
+    keep: list[bytes] = []
+    held_back = 0
+    for raw in records:
+        origin, seq, signed = _claim(raw)
+        if origin in stopped:
+            held_back += 1
+            continue
+        high = top.get(origin)
+        if high is None:
+            high = current[origin][0] if origin in current else 0
+        if seq > high + 1:
+            raise ProtocolError("remote", "gap", f"records of {origin} jump from seq {high} to {seq}")
+        if signed > horizon:
+            stopped.add(origin)
+            held_back += 1
+            continue
+        top[origin] = max(high, seq)
+        keep.append(raw)
+    return Taken(view.apply(keep, source=source, now=now), held_back)
+
+
+# -- the exchange ------------------------------------------------------------------------
+
+
+@dataclass
+class ExchangeResult:
+    """What one exchange (initiator) or one request (responder) did, for logs and peer scoring."""
+
+    peer: str | None = None  # the peer's origin, once its signature verified
+    round_trips: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    records_sent: int = 0
+    records_received: int = 0
+    held_back: int = 0
+    applied: ReceiveResult = field(default_factory=ReceiveResult)
+    in_sync: bool = False
+    more: bool = False
+    error: ProtocolError | None = None
+    refused: str | None = None  # the code the peer refused this exchange with
+
+    def to_json(self) -> dict[str, Any]:
+        return {"peer": self.peer, "round_trips": self.round_trips, "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received, "records_sent": self.records_sent,
+                "records_received": self.records_received, "held_back": self.held_back,
+                "applied": self.applied.to_json(), "in_sync": self.in_sync, "more": self.more,
+                "error": None if self.error is None else {"who": self.error.who, "code": self.error.code,
+                                                          "message": self.error.message},
+                "refused": self.refused}
+
+
+def _unix(now: datetime) -> int:
+    return int(now.timestamp())
+
+
+def _source(peer: str) -> str:
+    # Refusals are counted by source: this is the name peer scoring reads.
+    return f"gossip:{peer}"
+
+
+class Initiator:
+    """One exchange, driven from the side that starts it::
+
+        exchange = Initiator(view, key, peer_origin, now=now, rng=rng)
+        request = exchange.start()
+        while request is not None:
+            request = exchange.handle(post(request))   # post: the transport
+        exchange.result
+
+    ``handle`` never raises for what the peer sent: a bad reply ends the exchange with
+    ``result.error`` set.  A transport failure is reported with ``fail``.
+    """
+
+    def __init__(self, view: StoreView, signing_key: nacl.signing.SigningKey, peer: str | None, *, now: datetime,
+                 rng: random.Random, settings: Settings | None = None) -> None:
+        self._view, self._key, self._now, self._rng = view, signing_key, now, rng
+        self._settings = settings or Settings()
+        self._me = origin_of(bytes(signing_key.verify_key))
+        self._peer = peer
+        self._expect: frozenset[MessageType] = frozenset()  # reply types acceptable now; none: over
+        self._nonce = peer_auth.NO_NONCE
+        self._inline = False
+        self.result = ExchangeResult(peer=peer)
+
+    @property
+    def done(self) -> bool:
+        return not self._expect
+
+    def start(self) -> bytes | None:
+        """The first request (SYNC), or None if it cannot be built (``result.error`` says why)."""
+        mine = self._view.digest()
+        self._inline = len(mine) <= self._settings.inline_digest_origins
+        try:
+            return self._send(Sync(mine.fingerprint, mine if self._inline else None),
+                              {MessageType.IN_SYNC, MessageType.DIGEST})
+        except ProtocolError as exc:
+            self._end(exc)
+            return None
+
+    def handle(self, reply: bytes) -> bytes | None:
+        """Take the peer's reply; the next request, or None when the exchange is over."""
+        if self.done:
+            raise RuntimeError("this exchange is over; start a new Initiator")
+        self.result.bytes_received += len(reply)
+        try:
+            return self._handle(reply)
+        except ProtocolError as exc:
+            self._end(exc)
+            return None
+
+    def fail(self, error: ProtocolError) -> None:
+        """End the exchange because the transport failed (a timeout, an HTTP error without a reply)."""
+        self._end(error)
+
+    def _end(self, error: ProtocolError | None) -> None:
+        self.result.error = error
+        self._expect = frozenset()
+
+    def _send(self, body: Body, expect: set[MessageType]) -> bytes:
+        mtype = type_of(body)
+        payload = encode_body(body)
+        self._nonce = self._rng.randbytes(NONCE_BYTES)
+        auth = peer_auth.sign(self._key, mtype, payload, to=self._peer or NO_ORIGIN, ts=_unix(self._now),
+                              nonce=self._nonce)
+        data = encode(mtype, auth, payload)
+        self.result.round_trips += 1
+        self.result.bytes_sent += len(data)
+        self._expect = frozenset(expect)
+        return data
+
+    def _handle(self, reply: bytes) -> bytes | None:
+        envelope = decode(reply)
+        auth = envelope.auth
+        peer_auth.verify(auth, envelope.type, envelope.body, me=self._me, now_s=_unix(self._now), skew_s=None,
+                         re=self._nonce)
+        if self._peer is not None and auth.origin != self._peer:
+            raise ProtocolError("remote", "wrong-peer", f"answered by {auth.origin}, not by {self._peer}")
+        body = decode_body(envelope.type, envelope.body)
+        if isinstance(body, Refused):
+            if self._peer is None and body.code == "wrong-peer":
+                # We addressed nobody in particular; the signed refusal says whose address this is.
+                self._peer = self.result.peer = auth.origin
+                return self.start()
+            self.result.peer = auth.origin
+            self.result.refused = body.code[:64]
+            raise ProtocolError("remote", "refused", f"{auth.origin} refused: {body.code[:64]}: {body.message}")
+        if envelope.type not in self._expect:
+            raise ProtocolError("remote", "unexpected-type", f"a {envelope.type.name} reply to this request")
+        self.result.peer = auth.origin
+        if isinstance(body, InSync):
+            self.result.in_sync = True
+            self._end(None)
+            return None
+        if isinstance(body, DigestReply):
+            return self._on_digest(body)
+        assert isinstance(body, Delta)
+        self._take(body.records, body.more)
+        self._end(None)
+        return None
+
+    def _on_digest(self, body: DigestReply) -> bytes | None:
+        if body.records is not None:
+            self._take(body.records, body.more)
+        out = delta(self._view, self._view.digest(), body.digest, budget_bytes=self._settings.budget_bytes,
+                    rng=self._rng)
+        self.result.more |= out.more
+        if self._inline and not out.records:
+            self._end(None)  # the responder already sent what we lack, and lacks nothing
+            return None
+        self.result.records_sent += len(out.records)
+        return self._send(Push(tuple(out.records), None if self._inline else self._view.digest()),
+                          {MessageType.DELTA})
+
+    def _take(self, records: Sequence[bytes], more: bool) -> None:
+        assert self._peer is not None
+        self.result.records_received += len(records)
+        self.result.more |= more
+        taken = take(self._view, records, source=_source(self._peer), now=self._now,
+                     future_tolerance_s=self._settings.future_tolerance_s)
+        self.result.applied.add(taken.result)
+        self.result.held_back += taken.held_back
+
+
+@dataclass
+class Reply:
+    """A responder's answer: ``data`` to send back, or None when the request could not even be
+    read well enough to sign a refusal (the edge answers HTTP 400 with ``result.error``)."""
+
+    data: bytes | None
+    result: ExchangeResult
+
+
+class Responder:
+    """The side that answers.  Stateless between requests except for the replay cache.
+
+    ``respond`` never raises for what the peer sent: every refusal is a signed REFUSED
+    reply (or ``Reply.data`` None when the request could not be read at all).  A store
+    error (``StoreBusy``) does propagate: the edge answers 503 and the peer tries later.
+    """
+
+    def __init__(self, view: StoreView, signing_key: nacl.signing.SigningKey, *,
+                 replay: peer_auth.ReplayCache | None = None, settings: Settings | None = None) -> None:
+        self._view, self._key = view, signing_key
+        self._settings = settings or Settings()
+        self._replay = replay or peer_auth.ReplayCache(skew_s=self._settings.skew_s)
+        self.origin = origin_of(bytes(signing_key.verify_key))
+
+    def respond(self, request: bytes, *, now: datetime, rng: random.Random) -> Reply:
+        result = ExchangeResult(round_trips=1, bytes_received=len(request))
+        try:
+            envelope = decode(request)
+        except ProtocolError as exc:
+            result.error = exc
+            return Reply(None, result)
+        auth, now_s = envelope.auth, _unix(now)
+        try:
+            peer_auth.verify(auth, envelope.type, envelope.body, me=self.origin, now_s=now_s,
+                             skew_s=self._settings.skew_s)
+            self._replay.admit(auth.nonce, auth.ts, now_s)
+            result.peer = auth.origin
+            if envelope.type not in REQUESTS:
+                raise ProtocolError("remote", "unexpected-type", f"{envelope.type.name} is not a request")
+            answer = self._serve(decode_body(envelope.type, envelope.body), auth.origin, now, rng, result)
+            data = self._seal(answer, auth.origin, auth.nonce, now_s, rng)
+        except ProtocolError as exc:
+            result.error = exc
+            # Signed and bound to the request's nonce, so the requester can trust who refused
+            # and why (and learn this memory's origin from a wrong-peer refusal).
+            data = self._seal(Refused(exc.code, exc.message), auth.origin, auth.nonce, now_s, rng)
+        result.bytes_sent = len(data)
+        return Reply(data, result)
+
+    def _seal(self, body: Body, to: str, re: bytes, now_s: int, rng: random.Random) -> bytes:
+        mtype = type_of(body)
+        payload = encode_body(body)
+        auth = peer_auth.sign(self._key, mtype, payload, to=to, ts=now_s, nonce=rng.randbytes(NONCE_BYTES), re=re)
+        return encode(mtype, auth, payload)
+
+    def _serve(self, body: Body, peer: str, now: datetime, rng: random.Random, result: ExchangeResult) -> Body:
+        if isinstance(body, Sync):
+            mine = self._view.digest()
+            if body.fingerprint == mine.fingerprint:
+                result.in_sync = True
+                return InSync()
+            if body.digest is None:
+                return DigestReply(mine)
+            if body.digest.fingerprint != body.fingerprint:
+                raise ProtocolError("remote", "bad-field", "the fingerprint is not that of the digest sent")
+            out = self._delta(mine, body.digest, rng, result)
+            return DigestReply(mine, tuple(out.records), out.more)
+        assert isinstance(body, Push)
+        result.records_received = len(body.records)
+        taken = take(self._view, body.records, source=_source(peer), now=now,
+                     future_tolerance_s=self._settings.future_tolerance_s)
+        result.applied, result.held_back = taken.result, taken.held_back
+        if body.digest is None:
+            return Delta(())
+        out = self._delta(self._view.digest(), body.digest, rng, result)
+        return Delta(tuple(out.records), out.more)
+
+    def _delta(self, mine: Digest, theirs: Digest, rng: random.Random, result: ExchangeResult) -> Batch:
+        out = delta(self._view, mine, theirs, budget_bytes=self._settings.budget_bytes, rng=rng)
+        result.records_sent, result.more = len(out.records), out.more
+        return out
+
+
+def drive(initiator: Initiator, post: Callable[[bytes], bytes | None]) -> ExchangeResult:
+    """Run an exchange over a synchronous transport; ``post`` returns None when the peer
+    answered without a message (it could not read the request)."""
+    request = initiator.start()
+    while request is not None:
+        reply = post(request)
+        if reply is None:
+            initiator.fail(ProtocolError("remote", "refused", "the peer could not read the request"))
+            break
+        request = initiator.handle(reply)
+    return initiator.result

@@ -1,0 +1,92 @@
+"""An in-memory network of real memories, for tests and simulations (h11's ConnectionPair).
+
+Each ``Node`` is a real store in its own folder with its own identity, view and
+responder; ``Cluster.exchange`` runs one exchange from one node to another by direct
+calls, through the same ``Initiator``/``Responder`` bytes the HTTP edge carries.  Every
+message crosses ``Cluster.wire`` (a list of (sender, receiver, bytes)), and a ``tamper``
+hook may rewrite or drop a message in flight, which is how tests play a hostile network.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from neverest.config import Config
+from neverest.gossip.core import ExchangeResult, Initiator, Reply, Responder, Settings, drive
+from neverest.gossip.peer_auth import ReplayCache
+from neverest.gossip.view import SqliteView
+from neverest.identity import Identity
+from neverest.memory.store import Store, open_store
+
+Tamper = Callable[[str, str, bytes], bytes | None]
+
+
+class Node:
+    """One memory: a store in ``home``, an identity made from ``seed``, its gossip view and responder."""
+
+    def __init__(self, home: Path, seed: bytes, *, config: Config | None = None,
+                 settings: Settings | None = None) -> None:
+        self.identity = Identity.from_seed(seed)
+        self.config = config or Config()
+        self.settings = settings or Settings()
+        self.store: Store = open_store(home)
+        self.view = SqliteView(self.store, own_origin=self.identity.origin, config=self.config)
+        self.responder = Responder(self.view, self.identity.signing_key,
+                                   replay=ReplayCache(skew_s=self.settings.skew_s), settings=self.settings)
+
+    @property
+    def origin(self) -> str:
+        return self.identity.origin
+
+    def initiator(self, peer: str | None, *, now: datetime, rng: random.Random) -> Initiator:
+        return Initiator(self.view, self.identity.signing_key, peer, now=now, rng=rng, settings=self.settings)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Cluster:
+    """``n`` nodes in folders under ``root``, node i with the identity seeded by ``bytes([first_seed + i]) * 32``."""
+
+    def __init__(self, root: Path, n: int, *, first_seed: int = 200, config: Config | None = None,
+                 settings: Settings | None = None) -> None:
+        self.nodes = [Node(root / f"node{i}", bytes([first_seed + i]) * 32, config=config, settings=settings)
+                      for i in range(n)]
+        self.wire: list[tuple[str, str, bytes]] = []
+        self.replies: list[Reply] = []
+        self.tamper: Tamper | None = None
+
+    def __getitem__(self, i: int) -> Node:
+        return self.nodes[i]
+
+    def _carry(self, sender: str, receiver: str, data: bytes) -> bytes | None:
+        if self.tamper is not None:
+            changed = self.tamper(sender, receiver, data)
+            if changed is None:
+                return None
+            data = changed
+        self.wire.append((sender, receiver, data))
+        return data
+
+    def exchange(self, i: int, j: int, *, now: datetime, rng: random.Random, addressed: bool = True
+                 ) -> ExchangeResult:
+        """One exchange from node i to node j (addressed to j's origin, or to nobody in particular)."""
+        a, b = self.nodes[i], self.nodes[j]
+        initiator = a.initiator(b.origin if addressed else None, now=now, rng=rng)
+
+        def post(request: bytes) -> bytes | None:
+            carried = self._carry(a.origin, b.origin, request)
+            if carried is None:
+                return None
+            reply = b.responder.respond(carried, now=now, rng=rng)
+            self.replies.append(reply)
+            return None if reply.data is None else self._carry(b.origin, a.origin, reply.data)
+
+        return drive(initiator, post)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
