@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         home = Path(tmp) / "home"
         fill(home, args.records)
         env = dict(os.environ, NEVEREST_HOME=str(home))
-        daemon = settle([sys.executable, "-m", "neverest.daemon"], env, lambda: running(home))
+        daemon = settle([sys.executable, "-m", "neverest.daemon", "--listen", "127.0.0.1:0", "--mdns-interface",
+                         "127.0.0.1"], env, lambda: running(home))
         base = settle([sys.executable, "-c", "import trio, httpx, hypercorn.trio, nacl.signing, msgpack, numpy, time; "
                        "time.sleep(60)"], env, None)
         db_mb = (home / "memory.db").stat().st_size / 1e6

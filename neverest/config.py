@@ -63,6 +63,17 @@ class Config:
     folder: str = ""  # a shared folder synced after every sleep ("" = none)
     control_timeout_s: float = 10.0  # how long a control-socket client may take to send its request
     log_json: bool = False
+    # Gossip (DESIGN §4).  The peer-facing listener serves only POST /gossip/v1/exchange.
+    listen: str = "0.0.0.0:7428"  # HOST:PORT
+    gossip_every_s: float = 900.0  # a round every 15 minutes, and one after every sleep
+    fanout: int = 3  # peers per round
+    gossip_budget_bytes: int = 1024 * 1024  # records per answer; a cut answer resumes next exchange
+    exchange_timeout_s: float = 60.0  # one request and its whole answer
+    # Discovery.  mdns_interfaces: comma-separated IPs to use for zeroconf, "" = all interfaces.
+    mdns: bool = True
+    mdns_interfaces: str = ""
+    directory: str = ""  # a URL or a file listing peers ("" = none)
+    directory_every_s: float = 300.0
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:

@@ -4,10 +4,16 @@ One trio nursery owns every service, each an ``async def`` started with
 ``nursery.start`` where it has something to report ready:
 
 - the control endpoint (``control.py``): a Unix socket in the home, mode 0600, for
-  ``neverestctl`` and local agents (status, events, sleep now);
+  ``neverestctl`` and local agents (status, events, sleep now, gossip now);
+- the peer-facing HTTP listener (hypercorn, trio worker): ``POST /gossip/v1/exchange``
+  and nothing else;
+- the gossip schedule: a round with ``fanout`` peers every ``gossip_every_s``, and one
+  at the end of every sleep;
 - the inbox watcher: drains ``inbox.jsonl`` every ``inbox_every_s``;
 - the sleep schedule: nightly at ``sleep_at`` (local time); after each sleep the
-  shared folder, when one is configured, is synced.
+  shared folder, when one is configured, is synced;
+- zeroconf (``peers/mdns.py``): registers this memory and adds the peers it sees;
+- the directory: polled every ``directory_every_s`` when one is configured.
 
 Store work is blocking SQLite: it runs in worker threads (``trio.to_thread``), each
 job on its own connection, and one lock keeps two jobs from writing the memory at
@@ -15,8 +21,7 @@ once.  Every write is committed before it is acknowledged, so a kill -9 at any
 point loses nothing acknowledged.  SIGINT and SIGTERM cancel the nursery: the
 services stop, the socket file is removed, and the exit status is 0.
 
-Gossip between peers over HTTP, zeroconf discovery and the directory are built in
-the next steps (PROTOCOL.md §11); their configuration is not accepted until then.
+Zeroconf runs its own threads; its callbacks reach the nursery through a memory channel.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import random
 import signal
 import sys
 import time
@@ -39,12 +45,17 @@ from neverest import __version__
 from neverest.clock import Clock, clock_from_env, iso
 from neverest.config import Config, ConfigError, load_config, sleep_time
 from neverest.control import serve as serve_control
-from neverest.identity import IdentityError, load_or_create
+from neverest.gossip import http as gossip_http
+from neverest.gossip.codec import MAX_MESSAGE_BYTES
+from neverest.gossip.service import Gossip
+from neverest.identity import Identity, IdentityError, load_or_create
 from neverest.memory.events import ingest
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.service import Memory
-from neverest.memory.store import StoreError
+from neverest.memory.store import StoreError, open_store
 from neverest.paths import ensure_home, resolve_home
+from neverest.peers import directory, mdns
+from neverest.peers import table as peer_table
 from neverest.transports import folder
 
 log = logging.getLogger("neverestd")
@@ -55,7 +66,10 @@ class Daemon:
     home: Path
     config: Config
     clock: Clock
+    identity: Identity
     started: float = field(default_factory=time.monotonic)
+    listening: list[str] = field(default_factory=list)
+    gossip: Gossip | None = None
     last_sleep: str | None = None
     last_sleep_report: dict[str, Any] | None = None
     last_folder_sync: str | None = None
@@ -105,6 +119,11 @@ class Daemon:
                 "lessons": db.execute("SELECT count(*) FROM lessons WHERE archived = 0").fetchone()[0],
                 "records": db.execute("SELECT count(*) FROM records").fetchone()[0],
                 "refused": refused,
+                "listen": self.listening,
+                "peers": [{"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen,
+                           "score": a.score, "ignored_until": a.ignored_until}
+                          for a in peer_table.listing(db)],
+                "last_round": self.gossip.last_round if self.gossip else None,
             }
 
     # -- the control endpoint ---------------------------------------------------------
@@ -121,8 +140,21 @@ class Daemon:
                 raise ValueError('"events" must be a list of at most 10 000 events')
             return {"result": await self._job(self._remember, events)}
         if op == "sleep":
-            return {"report": await self._job(self._sleep_now)}
+            report = await self._job(self._sleep_now)
+            return {"report": report, "round": await self._round()}
+        if op == "gossip":
+            peer = request.get("peer")
+            if peer is not None and not isinstance(peer, str):
+                raise ValueError('"peer" must be a URL')
+            try:
+                return {"round": await self._round(only=peer)}
+            except peer_table.PeerError as exc:
+                raise ValueError(str(exc)) from None
         raise ValueError(f"unknown op {op!r}")
+
+    async def _round(self, only: str | None = None) -> list[dict[str, Any]]:
+        assert self.gossip is not None
+        return await self.gossip.round(fanout=self.config.fanout, only=only)
 
     # -- schedules ----------------------------------------------------------------------
 
@@ -144,18 +176,86 @@ class Daemon:
                 out = await self._job(self._sleep_now)
                 log.info("sleep: %d lesson(s) learned, %d confirmed, %d failed", len(out["learned"]),
                          len(out["confirmed"]), len(out["failed"]))
+                await self._round()  # a round ends every sleep
             except StoreError as exc:
                 log.warning("sleep: %s", exc)
 
+    async def gossip_every(self) -> None:
+        while True:
+            await trio.sleep(self.config.gossip_every_s)
+            try:
+                await self._round()
+            except StoreError as exc:
+                log.warning("gossip: %s", exc)
+
+    def _add_peer(self, url: str, origin: str | None, source: str) -> None:
+        with open_store(self.home, busy_timeout_s=self.config.busy_timeout_s) as store, store.write() as db:
+            peer_table.add(db, url, source=source, now=self.clock.now(), origin=origin)
+
+    async def poll_directory(self) -> None:
+        while True:
+            try:
+                listing = await trio.to_thread.run_sync(directory.fetch, self.config.directory)
+                for url, origin in listing.peers:
+                    await trio.to_thread.run_sync(self._add_peer, url, origin, "directory")
+                log.info("directory: %d peer(s), %d entries skipped", len(listing.peers), listing.skipped)
+            except (directory.DirectoryError, StoreError) as exc:
+                log.warning("directory: %s", exc)
+            await trio.sleep(self.config.directory_every_s)
+
+    async def discover(self, port: int, host: str) -> None:
+        """Zeroconf: register this memory, add the peers seen (their records prove who they are)."""
+        send, receive = trio.open_memory_channel[mdns.Sighting](256)
+        token = trio.lowlevel.current_trio_token()
+
+        def seen(sighting: mdns.Sighting) -> None:
+            if sighting.compatible:
+                try:
+                    trio.from_thread.run_sync(send.send_nowait, sighting, trio_token=token)
+                except (trio.WouldBlock, trio.RunFinishedError):
+                    pass  # a burst beyond 256 unread sightings: the next announcement brings them again
+
+        interfaces: list[str] | str = [i.strip() for i in self.config.mdns_interfaces.split(",") if i.strip()] or "all"
+        finder = mdns.Discovery(interfaces=interfaces, on_sighting=seen, on_gone=lambda origin: None)
+        addresses = None if host in ("0.0.0.0", "::", "") else [host]
+        await trio.to_thread.run_sync(lambda: finder.start(self.identity.origin, port, addresses))
+        log.info("zeroconf: registered on %s", interfaces)
+        try:
+            async for sighting in receive:
+                for address in sighting.addresses:
+                    url = f"http://[{address}]:{sighting.port}" if ":" in address else \
+                        f"http://{address}:{sighting.port}"
+                    await trio.to_thread.run_sync(self._add_peer, url, None, "mdns")
+                log.info("zeroconf: found %s at %s", sighting.origin, ", ".join(sighting.addresses))
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(finder.close)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            path = await nursery.start(serve_control, self.home, self.handle, self.config.control_timeout_s)
-            log.info("control socket %s", path)
-            nursery.start_soon(self.watch_inbox)
-            nursery.start_soon(self.sleep_nightly)
-            nursery.start_soon(_stop_on_signals, nursery.cancel_scope)
-            log.info("neverestd %s ready; next sleep %s", __version__, iso(next_sleep(self.clock.now(), self.config)))
-            task_status.started()
+        self.gossip = Gossip(self.home, self.config, self.clock, self.identity, random.SystemRandom())
+        try:
+            async with trio.open_nursery() as nursery:
+                # Signals first: from the moment the socket answers, SIGTERM must mean a clean stop.
+                await nursery.start(_stop_on_signals, nursery.cancel_scope)
+                path = await nursery.start(serve_control, self.home, self.handle, self.config.control_timeout_s)
+                log.info("control socket %s", path)
+                app = gossip_http.GossipApp(self.gossip.respond, max_body_bytes=MAX_MESSAGE_BYTES)
+                self.listening = await nursery.start(gossip_http.serve, app, self.config.listen)
+                log.info("listening for peers on %s", ", ".join(self.listening))
+                nursery.start_soon(self.watch_inbox)
+                nursery.start_soon(self.sleep_nightly)
+                nursery.start_soon(self.gossip_every)
+                if self.config.directory:
+                    nursery.start_soon(self.poll_directory)
+                if self.config.mdns:
+                    host, _, _ = self.config.listen.rpartition(":")
+                    port = int(self.listening[0].rpartition(":")[2])
+                    nursery.start_soon(self.discover, port, host.strip("[]"))
+                log.info("neverestd %s ready as %s; next sleep %s", __version__, self.identity.origin,
+                         iso(next_sleep(self.clock.now(), self.config)))
+                task_status.started()
+        finally:
+            self.gossip.close()
 
 
 def next_sleep(now: datetime, config: Config) -> datetime:
@@ -168,8 +268,10 @@ def next_sleep(now: datetime, config: Config) -> datetime:
     return at
 
 
-async def _stop_on_signals(scope: trio.CancelScope) -> None:
+async def _stop_on_signals(scope: trio.CancelScope,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("%s: shutting down", signal.Signals(signum).name)
             scope.cancel()
@@ -187,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
     parser.add_argument("--home", help="the memory's home folder (default: $NEVEREST_HOME, else ~/.neverest)")
     parser.add_argument("--config", help="a config.toml to read instead of the home's")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="where peers reach this memory (default 0.0.0.0:7428)")
+    parser.add_argument("--no-mdns", dest="mdns", action="store_false", default=None, help="no zeroconf")
+    parser.add_argument("--mdns-interface", action="append", metavar="IP",
+                        help="use zeroconf only on this interface address (repeatable; default: all)")
     parser.add_argument("--log-json", action="store_true", default=None, help="log JSON lines")
     try:
         args = parser.parse_args(argv)
@@ -194,9 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     home = ensure_home(resolve_home(args.home))
     try:
-        config = load_config(home, path=Path(args.config) if args.config else None, log_json=args.log_json)
+        config = load_config(home, path=Path(args.config) if args.config else None, log_json=args.log_json,
+                             listen=args.listen, mdns=args.mdns,
+                             mdns_interfaces=",".join(args.mdns_interface) if args.mdns_interface else None)
         clock = clock_from_env()
-        load_or_create(home)
+        identity = load_or_create(home)
     except (ConfigError, IdentityError, ValueError) as exc:
         print(f"neverestd: {exc}", file=sys.stderr)
         return 1 if not isinstance(exc, ValueError) else 2
@@ -205,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     try:
-        trio.run(Daemon(home, config, clock).run)
+        trio.run(Daemon(home, config, clock, identity).run)
     except StoreError as exc:
         log.error("%s", exc)
         return 1

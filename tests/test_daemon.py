@@ -19,6 +19,9 @@ from neverest.control import SOCKET_FILE, ControlError, ask, running
 from neverest.ctl import main as ctl
 from neverest.memory.store import open_store
 
+# On development and CI machines nothing may leave loopback: peers on 127.0.0.1, zeroconf on it only.
+LOOPBACK = ["--listen", "127.0.0.1:0", "--mdns-interface", "127.0.0.1"]
+
 
 def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
@@ -33,7 +36,7 @@ def daemon(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     home.mkdir(mode=0o700)
     (home / "config.toml").write_text('inbox_every_s = 0.2\nsleep_at = "03:00"\n')
     env = dict(os.environ, NEVEREST_HOME=str(home))
-    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon"], env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", *LOOPBACK], env=env, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: running(home))
         yield home, proc
@@ -115,13 +118,14 @@ def test_signals_stop_it_cleanly(daemon: tuple[Path, subprocess.Popen[bytes]], s
 
 def test_bad_configuration_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text('sleep_at = "25:99"\n')
-    done = subprocess.run([sys.executable, "-m", "neverest.daemon", "--home", str(tmp_path)], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "neverest.daemon", "--home", str(tmp_path), *LOOPBACK],
+                          capture_output=True,
                           timeout=60)
     assert done.returncode == 1 and b"sleep_at" in done.stderr
 
 
 def test_logs_can_be_json(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(tmp_path), "--log-json"],
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(tmp_path), "--log-json", *LOOPBACK],
                             stderr=subprocess.PIPE)
     try:
         wait_for(lambda: running(tmp_path))
