@@ -384,6 +384,49 @@ def _cmd_peer_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_gossip(args: argparse.Namespace) -> int:
+    home = resolve_home(args.home)
+    try:  # through the daemon when it runs: it owns the replay cache and the schedule
+        results = ask(home, {"op": "gossip", "peer": args.peer})["round"]
+    except ControlError as exc:
+        if "no daemon" not in str(exc):
+            raise UsageError(str(exc)) from None
+        results = _gossip_here(args)
+    if args.json:
+        print(json.dumps({"round": results}))
+    else:
+        if not results:
+            print("no healthy peer to gossip with (neverestctl peer add URL)")
+        for r in results:
+            outcome = f"error {r['error']['code']}: {r['error']['message']}" if r["error"] else (
+                "in sync" if r["in_sync"] else f"sent {r['records_sent']}, received {r['records_received']}")
+            print(f"{r['url']:<32} {r['peer'] or '?':<18} {outcome}  ({r['round_trips']} round trip(s), "
+                  f"{r['bytes_sent'] + r['bytes_received']} bytes)")
+    return 1 if any(r["error"] for r in results) else 0
+
+
+def _gossip_here(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One round from this process, as the initiator, when no daemon runs."""
+    import random
+
+    import trio
+
+    from neverest.gossip.service import Gossip
+    with _memory(args) as memory:
+        identity, config, clock, home = memory.identity, memory.config, memory.clock, memory.home
+
+    async def one_round() -> list[dict[str, Any]]:
+        gossip = Gossip(home, config, clock, identity, random.SystemRandom())
+        try:
+            return await gossip.round(fanout=config.fanout, only=args.peer)
+        finally:
+            gossip.close()
+    try:
+        return trio.run(one_round)
+    except peer_table.PeerError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
@@ -467,6 +510,11 @@ def build_parser() -> argparse.ArgumentParser:
     q = peer_sub.add_parser("list", help="the peers, their addresses, scores and back-offs")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_peer_list)
+
+    p = sub.add_parser("gossip", help="one gossip round now (through the daemon when it runs)")
+    p.add_argument("--peer", metavar="URL", help="exchange with this address only")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_gossip)
 
     p = sub.add_parser("status", help="this memory at a glance, with refusals by reason and source")
     p.add_argument("--json", action="store_true")

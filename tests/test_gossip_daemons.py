@@ -1,0 +1,107 @@
+"""Three real neverestd processes on 127.0.0.1, peers added by hand: a lesson published on
+the first reaches the third through the second."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from neverest.control import ask, running
+from neverest.ctl import main as ctl
+
+ERROR = ["--kind", "error", "--title", "pip install -e .", "--happened", "fails without --no-build-isolation"]
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[list[tuple[Path, str]]]:
+    procs, nodes = [], []
+    try:
+        for name in "ABC":
+            home = tmp_path / name
+            home.mkdir(mode=0o700)
+            # Loopback only, no zeroconf: the peers here are the ones added by hand.
+            procs.append(subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home),
+                                           "--listen", "127.0.0.1:0", "--no-mdns"], stderr=subprocess.DEVNULL,
+                                          env=dict(os.environ, NEVEREST_NOW="2026-03-01T09:00:00Z")))
+        for name, proc in zip("ABC", procs, strict=True):
+            home = tmp_path / name
+            deadline = time.monotonic() + 60
+            while not running(home):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            nodes.append((home, "http://" + ask(home, {"op": "status"})["status"]["listen"][0].split("//")[-1]))
+        yield nodes
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:
+    status = ctl(["--home", str(home), *argv])
+    out = capsys.readouterr().out
+    assert status == 0, (argv, out)
+    return out
+
+
+def test_a_lesson_travels_a_to_c_through_b(daemons: list[tuple[Path, str]], capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NEVEREST_NOW", "2026-03-01T09:00:00Z")
+    (a, _), (b, url_b), (c, url_c) = daemons
+    project = tmp_path / "project"
+    project.mkdir()
+    for session in ("s1", "s2"):
+        run(capsys, a, "remember", *ERROR, "--cwd", str(project), "--session", session)
+    run(capsys, a, "publish", "--project", str(project))
+    run(capsys, a, "sleep")
+    [lesson] = [json.loads(line) for line in run(capsys, a, "lessons", "--json").splitlines()]
+
+    run(capsys, a, "peer", "add", url_b)
+    run(capsys, b, "peer", "add", url_c)
+    first = json.loads(run(capsys, a, "gossip", "--json"))["round"]
+    assert [r["records_sent"] for r in first] == [1] and first[0]["error"] is None
+    second = json.loads(run(capsys, b, "gossip", "--json"))["round"]
+    assert second[0]["records_sent"] == 1
+
+    held = [json.loads(line) for line in run(capsys, c, "lessons", "--json").splitlines()]
+    assert [(h["hash"], h["state"], h["origin"]) for h in held] == [(lesson["hash"], "candidate", lesson["origin"])]
+    # Every record C holds arrived verified, through B, and says so.
+    shown = json.loads(run(capsys, c, "show", lesson["hash"], "--json"))
+    b_origin = json.loads(run(capsys, b, "id", "--json"))["origin"]
+    assert [r["source"] for r in shown["records"]] == [f"gossip:{b_origin}"]
+    # A learned B's origin from its signed answer; a second round finds them in sync.
+    [peer] = [json.loads(line) for line in run(capsys, a, "peer", "list", "--json").splitlines()]
+    assert peer["origin"] == b_origin and peer["score"] > 0
+    again = json.loads(run(capsys, a, "gossip", "--json"))["round"]
+    assert again[0]["in_sync"] and again[0]["round_trips"] == 1
+    assert again[0]["bytes_sent"] + again[0]["bytes_received"] <= 1024
+
+
+def test_the_cli_gossips_by_itself_when_no_daemon_runs(daemons: list[tuple[Path, str]], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEVEREST_NOW", "2026-03-01T09:00:00Z")
+    url_b = daemons[1][1]
+    lone, project = tmp_path / "lone", tmp_path / "p"
+    project.mkdir()
+    for session in ("s1", "s2"):
+        run(capsys, lone, "remember", *ERROR, "--cwd", str(project), "--session", session)
+    run(capsys, lone, "publish", "--project", str(project))
+    run(capsys, lone, "sleep")
+    assert not running(lone)
+    [result] = json.loads(run(capsys, lone, "gossip", "--peer", url_b, "--json"))["round"]
+    assert result["records_sent"] == 1 and result["peer"] is not None
+    assert ctl(["--home", str(lone), "gossip", "--peer", "http://127.0.0.1:1"]) == 1  # nobody there: an error
+    assert "unreachable" in capsys.readouterr().out
