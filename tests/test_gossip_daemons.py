@@ -105,3 +105,33 @@ def test_the_cli_gossips_by_itself_when_no_daemon_runs(daemons: list[tuple[Path,
     assert result["records_sent"] == 1 and result["peer"] is not None
     assert ctl(["--home", str(lone), "gossip", "--peer", "http://127.0.0.1:1"]) == 1  # nobody there: an error
     assert "unreachable" in capsys.readouterr().out
+
+
+def test_hostile_requests_are_bounded_counted_and_refused(daemons: list[tuple[Path, str]],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    import httpx
+    import msgpack
+
+    (a, _), (b, url_b) = daemons[0], daemons[1]
+    exchange = url_b + "/gossip/v1/exchange"
+    with httpx.Client(timeout=10) as http:
+        assert http.post(exchange, content=b"\x00garbage\xff").status_code == 400
+        truncated = msgpack.packb({"v": 1, "t": 1, "a": {}, "b": b"x" * 100})[:40]
+        assert http.post(exchange, content=truncated).status_code == 400
+        # A body whose header claims a million-item array: refused (test_gossip_codec measures that
+        # such headers allocate nothing)...
+        huge = msgpack.packb({"v": 1, "t": 1, "a": {}, "b": b"\xdd\x00\x0f\x42\x41"})
+        assert http.post(exchange, content=huge).status_code == 400
+        assert http.get(url_b + "/anything").status_code == 404
+    host, port = url_b.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:  # 1 GB announced, never sent
+        sock.sendall(b"POST /gossip/v1/exchange HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n")
+        assert b" 413 " in sock.recv(1024).split(b"\r\n")[0]
+    # Meanwhile, honest peers are served as before.
+    run(capsys, a, "peer", "add", url_b)
+    assert json.loads(run(capsys, a, "gossip", "--json"))["round"][0]["error"] is None
+    refused = {r["reason"]: r["count"] for r in json.loads(run(capsys, b, "status", "--json"))["refused"]
+               if r["source"] == "gossip:127.0.0.1"}
+    assert refused.get("bad-msgpack", 0) >= 2

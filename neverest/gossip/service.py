@@ -30,6 +30,7 @@ from neverest.gossip.codec import MAX_MESSAGE_BYTES, ProtocolError
 from neverest.gossip.core import ExchangeResult, Initiator, Responder, Settings
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
+from neverest.memory import holdings
 from neverest.memory.store import StoreBusy, open_store
 from neverest.peers import table
 
@@ -78,12 +79,19 @@ class Gossip:
         if result.error is not None and result.error.who == "remote":
             log.info("refused a request from %s (%s): %s %s", client, result.peer or "unknown origin",
                      result.error.code, result.error.message)
+            source = f"gossip:{result.peer}" if result.peer else f"gossip:{client.rpartition(':')[0]}"
+            await trio.to_thread.run_sync(self._count, source, result.error.code)
         elif result.applied.accepted:
             log.info("received %d record(s) from %s", result.applied.accepted, result.peer)
         if reply.data is None:
             assert result.error is not None
             raise http.RemoteError(f"{result.error.code}: {result.error.message}")
         return reply.data
+
+    def _count(self, source: str, reason: str) -> None:
+        """Count a refused request by its source, for ``neverestctl status``."""
+        with open_store(self.home, busy_timeout_s=self.config.busy_timeout_s) as store, store.write() as db:
+            holdings.count_refusal(db, source, reason, self.clock.now())
 
     # -- initiating -----------------------------------------------------------------------
 
