@@ -196,8 +196,10 @@ class Daemon:
         while True:
             try:
                 listing = await trio.to_thread.run_sync(directory.fetch, self.config.directory)
-                for url, origin in listing.peers:
-                    await trio.to_thread.run_sync(self._add_peer, url, origin, "directory")
+                for url, _claimed in listing.peers:
+                    # An origin the directory claims is not trusted (it would count under the
+                    # "peers" trust policy); the address learns its origin from the signed exchange.
+                    await trio.to_thread.run_sync(self._add_peer, url, None, "directory")
                 log.info("directory: %d peer(s), %d entries skipped", len(listing.peers), listing.skipped)
             except (directory.DirectoryError, StoreError) as exc:
                 log.warning("directory: %s", exc)

@@ -138,3 +138,24 @@ def test_logs_can_be_json(tmp_path: Path) -> None:
     assert proc.stderr is not None
     lines = [json.loads(line) for line in proc.stderr.read().splitlines()]
     assert {"at", "level", "message"} <= set(lines[0]) and any("shutting down" in x["message"] for x in lines)
+
+
+def test_the_directory_is_polled(tmp_path: Path) -> None:
+    listing = tmp_path / "peers.json"
+    listing.write_text(json.dumps(["http://127.0.0.1:7999", {"url": "http://127.0.0.1:7998", "origin": "ab" * 8}]))
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text(f'directory = "{listing}"\ndirectory_every_s = 0.2\n')
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), *LOOPBACK],
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: running(home))
+
+        def listed() -> bool:
+            peers = ask(home, {"op": "status"})["status"]["peers"]
+            return {(p["url"], p["source"]) for p in peers} == {("http://127.0.0.1:7999", "directory"),
+                                                                ("http://127.0.0.1:7998", "directory")}
+        wait_for(listed, 15)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
