@@ -52,9 +52,12 @@ def projects(store: Store) -> list[tuple[str, bool]]:
     return [(str(p), bool(c)) for p, c in store.db.execute("SELECT path, corrections FROM projects ORDER BY path")]
 
 
-def _sign_next(db: sqlite3.Connection, build: Callable[[int], Record], now: datetime) -> Record:
+def _sign_next(db: sqlite3.Connection, origin: str, build: Callable[[int], Record], now: datetime) -> Record:
     row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
-    seq = (int(row[0]) if row else 0) + 1
+    # After a restore from backup the counter may lag behind this memory's own records that
+    # peers hand back; signing a seq already used would make this memory fork itself.
+    held = db.execute("SELECT max(seq) FROM records WHERE origin = ?", (origin,)).fetchone()[0]
+    seq = max(int(row[0]) if row else 0, held or 0) + 1
     Store.set_meta(db, "seq", str(seq))
     record = build(seq)
     holdings.put(db, record, source=holdings.OWN_SOURCE, now=now)
@@ -100,7 +103,7 @@ def publish(store: Store, identity: Identity, now: datetime) -> list[Record]:
                 held = json.loads(current[0])
                 if held["seen"] == seen and held["strength"] == rounded:
                     continue
-            signed.append(_sign_next(db, functools.partial(
+            signed.append(_sign_next(db, identity.origin, functools.partial(
                 _lesson_record, identity, kind=kind, text=text, seen=seen, strength=rounded, updated=iso(now)), now))
     return signed
 
@@ -108,7 +111,8 @@ def publish(store: Store, identity: Identity, now: datetime) -> list[Record]:
 def revoke(store: Store, identity: Identity, target: str, now: datetime) -> Record:
     """Withdraw this memory's lesson ``target``: a signed revocation, and it is no longer published."""
     with store.write() as db:
-        record = _sign_next(db, lambda seq: sign_revoke(identity.signing_key, target, at=iso(now), seq=seq), now)
+        record = _sign_next(db, identity.origin,
+                            lambda seq: sign_revoke(identity.signing_key, target, at=iso(now), seq=seq), now)
         db.execute("UPDATE lessons SET archived = 1, updated = ? WHERE hash = ? AND origin = ''", (iso(now), target))
         holdings.bury(db, target, "revoked", now)
     return record
@@ -131,5 +135,6 @@ def confirm_received(store: Store, identity: Identity, lesson_ids: list[int], no
             mine = db.execute("SELECT 1 FROM records WHERE origin = ? AND target = ? AND type IN ('lesson', 'confirm')",
                               (identity.origin, digest)).fetchone()
             if mine is None:
-                signed.append(_sign_next(db, functools.partial(_confirm_record, identity, digest, iso(now)), now))
+                signed.append(_sign_next(db, identity.origin,
+                                         functools.partial(_confirm_record, identity, digest, iso(now)), now))
     return signed
