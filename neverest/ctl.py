@@ -341,6 +341,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     else:
         print(f"{'daemon':<12} up {daemon['uptime_s']:.0f} s; last sleep {daemon['last_sleep'] or 'none yet'}; "
               f"next {daemon['next_sleep']}")
+        print(f"{'listening':<12} {', '.join(daemon['listen']) or '-'}")
+        last_round = daemon["last_round"]
+        print(f"{'peers':<12} {len(daemon['peers'])} address(es); last round "
+              + (f"{last_round['at']} with {len(last_round['exchanges'])} peer(s)" if last_round else "none yet"))
     for key in ("origin", "home", "episodes", "lessons", "records", "forks", "tombstones", "last_sleep"):
         print(f"{key:<12} {out[key]}")
     print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
