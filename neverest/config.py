@@ -74,6 +74,10 @@ class Config:
     mdns_interfaces: str = ""
     directory: str = ""  # a URL or a file listing peers ("" = none)
     directory_every_s: float = 300.0
+    # The HTTP commons (PROTOCOL.md §14): pushed to and pulled from after every sleep when set.
+    commons_url: str = ""
+    commons_token_file: str = ""
+    commons_announce: str = ""  # this daemon's URL for peers, announced to the commons' directory ("" = don't)
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:

@@ -31,7 +31,7 @@ from neverest.memory.store import StoreError
 from neverest.paths import resolve_home
 from neverest.peers import table as peer_table
 from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse_many
-from neverest.transports import folder
+from neverest.transports import commons_client, folder
 
 
 class UsageError(Exception):
@@ -431,6 +431,38 @@ def _gossip_here(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise UsageError(str(exc)) from None
 
 
+def _cmd_commons(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        token_file = args.token_file or memory.config.commons_token_file
+        if not token_file:
+            raise UsageError("give --token-file FILE (or set commons_token_file in config.toml)")
+        try:
+            token = commons_client.read_token(token_file)
+            if args.commons_command == "push":
+                publish.publish(memory.store, memory.identity, memory.clock.now())
+                out = commons_client.push(memory.store, memory.identity, args.url, token)
+            else:
+                now = memory.clock.now()
+                out = commons_client.pull(memory.store, memory.identity, args.url, token, memory.config,
+                                          now).to_json()
+                commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)
+                memory.render()
+        except commons_client.CommonsError as exc:
+            print(f"neverestctl: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(out))
+    elif args.commons_command == "push":
+        print(f"pushed {out['records']} record(s), {out['bytes']} bytes" +
+              (f"; note: {out['conflict']}" if out["conflict"] else ""))
+    else:
+        total = out["total"]
+        print(f"{out['index_requests']} index request(s), {out['file_requests']} file request(s): "
+              f"{total['accepted']} new record(s), {total['duplicates']} already held, "
+              f"{sum(total['refused'].values())} refused")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
@@ -493,6 +525,16 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("dir", metavar="DIR")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_folder_sync)
+
+    p = sub.add_parser("commons", help="the HTTP commons transport")
+    commons_sub = p.add_subparsers(dest="commons_command", required=True, metavar="ACTION")
+    for action, text in (("push", "put this memory's signed records on the commons"),
+                         ("pull", "read what changed on the commons through the receive function")):
+        q = commons_sub.add_parser(action, help=text)
+        q.add_argument("url", metavar="URL", help="the commons, like https://commons.example.org")
+        q.add_argument("--token-file", metavar="FILE", help="a file holding the bearer token")
+        q.add_argument("--json", action="store_true")
+        q.set_defaults(func=_cmd_commons)
 
     p = sub.add_parser("show", help="a lesson with its state, publishers, supporters and records")
     p.add_argument("hash", metavar="HASH", help="the lesson's hash (at least 6 hex digits)")

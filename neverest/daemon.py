@@ -52,11 +52,12 @@ from neverest.identity import Identity, IdentityError, load_or_create
 from neverest.memory.events import ingest
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.service import Memory
+from neverest.memory.states import commons_pass
 from neverest.memory.store import StoreError, open_store
 from neverest.paths import ensure_home, resolve_home
 from neverest.peers import directory, mdns
 from neverest.peers import table as peer_table
-from neverest.transports import folder
+from neverest.transports import commons_client, folder
 
 log = logging.getLogger("neverestd")
 
@@ -94,8 +95,27 @@ class Daemon:
                                      self.clock.now())
                 out["folder"] = synced.to_json()
                 self.last_folder_sync = iso(self.clock.now())
+            if self.config.commons_url:
+                out["commons"] = self._commons(memory)
         self.last_sleep, self.last_sleep_report = report.started, out
         return out
+
+    def _commons(self, memory: Memory) -> dict[str, Any]:
+        """Push this memory's file, pull what changed, announce where peers reach us."""
+        try:
+            token = commons_client.read_token(self.config.commons_token_file)
+            pushed = commons_client.push(memory.store, memory.identity, self.config.commons_url, token)
+            pulled = commons_client.pull(memory.store, memory.identity, self.config.commons_url, token,
+                                         self.config, self.clock.now())
+            commons_pass(memory.store, now=self.clock.now(), config=self.config, own_origin=memory.identity.origin)
+            announced = None
+            if self.config.commons_announce:
+                announced = commons_client.announce(self.config.commons_url, token, memory.identity,
+                                                    self.config.commons_announce, self.clock.now())
+            return {"push": pushed, "pull": pulled.to_json(), "announced": announced}
+        except commons_client.CommonsError as exc:
+            log.warning("commons: %s", exc)
+            return {"error": str(exc)}
 
     def _drain(self) -> dict[str, Any]:
         with self._memory() as memory:
@@ -287,7 +307,12 @@ class _JsonFormatter(logging.Formatter):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="neverestd", description="The Neverest memory daemon.")
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["commons"]:  # `neverestd commons ...`: the HTTP commons server
+        from neverest.transports.commons_server import main as commons_main
+        return commons_main(args_list[1:])
+    parser = argparse.ArgumentParser(prog="neverestd", description="The Neverest memory daemon "
+                                     "(`neverestd commons --help` for the HTTP commons server).")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
     parser.add_argument("--home", help="the memory's home folder (default: $NEVEREST_HOME, else ~/.neverest)")
     parser.add_argument("--config", help="a config.toml to read instead of the home's")
@@ -297,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="use zeroconf only on this interface address (repeatable; default: all)")
     parser.add_argument("--log-json", action="store_true", default=None, help="log JSON lines")
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_list)
     except SystemExit as exc:
         return int(exc.code or 0)
     home = ensure_home(resolve_home(args.home))
