@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,8 @@ def commons(tmp_path: Path) -> Iterator[str]:
             for word in line.split():
                 if word.startswith("http://127.0.0.1:"):
                     url = word.rstrip(",;.")
+        # Keep reading its log, so that a full pipe never stalls the server.
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
         yield url
     finally:
         proc.terminate()

@@ -180,6 +180,7 @@ def pull(store: Store, identity: Identity, url: str, token: str, config: Config,
             raise CommonsError(f"{base}/commons/index is not JSON") from None
         if not isinstance(index, list):
             raise CommonsError(f"{base}/commons/index is not a list")
+        complete = True
         with Receiver(store, own_origin=identity.origin, config=config, now=now) as receiver:
             for entry in index[:100_000]:
                 origin = entry.get("origin") if isinstance(entry, dict) else None
@@ -191,14 +192,22 @@ def pull(store: Store, identity: Identity, url: str, token: str, config: Config,
                 status, data, file_etag = _get(client, f"{base}/commons/{origin}.jsonl", MAX_FILE_BYTES + 1024,
                                                known)
                 result.file_requests += 1
-                if status == 304 or status != 200:
+                if status == 304:
+                    memo["files"][origin] = file_etag or known
+                    continue
+                if status != 200:
+                    # Not read this time (rate limited, gone...): the index is not remembered,
+                    # so the next pull looks at every file again instead of getting a 304.
+                    complete = False
+                    if status == 429:
+                        break
                     continue
                 lines = [line for line in data.split(b"\n") if line.strip()]
                 result.files[origin] = receiver.receive(
                     (line if len(line) <= MAX_RECORD_BYTES else None for line in lines),
                     source=f"commons:{urlsplit(base).netloc}")
                 memo["files"][origin] = file_etag
-        memo["index"] = etag
+        memo["index"] = etag if complete else None
     _save_memo(store, base, memo)
     return result
 

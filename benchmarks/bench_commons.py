@@ -1,0 +1,318 @@
+"""Benchmarks of the HTTP commons server: the real server process on 127.0.0.1.
+
+1. PUT/s of 100-record files, several concurrent clients, one origin each at a time:
+
+   - *new files*: the first push of each origin, every record verified (Ed25519 and all);
+   - *updates*: each origin's next push, its stored 100 records shifted by one (99 lines
+     repeated byte for byte, 1 new): what a memory sends after learning one lesson.  The
+     server verifies only the new line; the rest were verified when stored.
+   - *floor*: the same number of ``GET`` of an origin that has no file (404): what the
+     server costs per request before any file work (authentication, rate limit, routing).
+
+   Target (issue 6): ≥ 200 PUT/s.  The server runs with its default rate limits (100/s,
+   burst 1 100 per token) and every client has its own token, so the limiter's ceiling
+   (clients × 100/s) is far above what is measured: the run reports the 429s it saw, which
+   must be 0 for the figures to mean anything.  The PUT clients are a minimal HTTP/1.1
+   keep-alive client on trio sockets, so that what is measured is the server: httpx costs
+   2–7 ms of client CPU a request, which on a 2-CPU machine halves what the server gets.
+   The run reports the CPU the server process used (100 % is one CPU).
+
+2. A pull by a client already up to date with 1 000 origins: the requests the protocol
+   needs, counted by a minimal httpx client that follows the rule of the real one (fetch
+   the index with ``If-None-Match``; fetch a file only when its ETag in the index differs
+   from the one remembered).  Target: 1 index request and 0 file requests.  Also shown:
+   the first (cold) pull, and a pull after one origin changed.  This part runs on a server
+   of its own, so that it sees exactly 1 000 files.
+
+    python benchmarks/bench_commons.py [--origins 200] [--clients 16] [--pull-origins 1000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nacl.signing
+import trio
+
+from neverest.records import origin_of, sign_lesson
+from neverest.transports.commons_server import etag_of
+
+AT = "2026-04-01T12:00:00.000000Z"
+PER_FILE = 100
+UPDATES = 2  # versions pushed after the first, per origin
+
+
+def signed(seed: int, seqs: range) -> list[bytes]:
+    key = nacl.signing.SigningKey(seed.to_bytes(32, "big"))
+    return [sign_lesson(key, kind="error", text=f"Tool {seed} fails in case {s} on the runner", seen=1, strength=1.0,
+                        updated=AT, seq=s).raw for s in seqs]
+
+
+def origin(seed: int) -> str:
+    return origin_of(bytes(nacl.signing.SigningKey(seed.to_bytes(32, "big")).verify_key))
+
+
+def start_server(folder: Path, tokens: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m neverest.transports.commons_server`` on 127.0.0.1, default limits; its URL."""
+    folder.mkdir(parents=True, exist_ok=True)
+    token_file = folder / "tokens"
+    token_file.write_text("\n".join(tokens) + "\n")
+    token_file.chmod(0o600)
+    log = folder / "server.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "neverest.transports.commons_server", "--listen",
+                                 "127.0.0.1:0", "--data", str(folder / "data"), "--tokens", str(token_file)],
+                                stdout=subprocess.DEVNULL, stderr=err, env=dict(os.environ))
+    marker = "commons server listening on "
+    deadline = time.monotonic() + 60
+    while marker not in (text := log.read_text()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start:\n{text}")
+        time.sleep(0.05)
+    return proc, text[text.index(marker) + len(marker):].split()[0]
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RawClient:
+    """HTTP/1.1 with keep-alive on one trio socket: a few µs of client CPU a request."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.port = port
+        self.auth = f"Authorization: Bearer {token}\r\n".encode()
+        self.stream: trio.SocketStream | None = None
+        self.buffer = b""
+
+    async def _fill(self, stream: trio.SocketStream) -> None:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self.buffer += chunk
+
+    async def request(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> int:
+        """Send one request and read its whole answer; the status."""
+        if self.stream is None:
+            self.stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+            self.buffer = b""
+        stream = self.stream
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
+        await stream.send_all(f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n".encode()
+                              + self.auth + extra + b"\r\n" + body)
+        while b"\r\n\r\n" not in self.buffer:
+            await self._fill(stream)
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if status == 304 or method == "HEAD":
+            length = 0
+        while len(self.buffer) < length:
+            await self._fill(stream)
+        self.buffer = self.buffer[length:]
+        return status
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+
+
+@dataclass
+class Run:
+    requests: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    server_cpu_s: float = 0.0
+
+    @property
+    def per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    def add(self, other: Run) -> None:
+        self.requests += other.requests
+        self.seconds += other.seconds
+        self.server_cpu_s += other.server_cpu_s
+        for status, n in other.statuses.items():
+            self.statuses[status] = self.statuses.get(status, 0) + n
+
+    def describe(self) -> dict[str, Any]:
+        return {"requests": self.requests, "seconds": round(self.seconds, 3), "per_s": round(self.per_s, 1),
+                "server_cpu_percent": round(100 * self.server_cpu_s / self.seconds) if self.seconds else 0,
+                "statuses": {str(k): v for k, v in sorted(self.statuses.items())}}
+
+
+Job = tuple[str, str, bytes, dict[str, str]]  # method, path, body, headers
+
+
+async def run_jobs(port: int, server_pid: int, tokens: list[str], jobs: list[Job]) -> Run:
+    """Run ``jobs`` on ``len(tokens)`` concurrent clients, each with its own token and connection."""
+    run = Run()
+    send, receive = trio.open_memory_channel[Job](len(jobs))
+    for job in jobs:
+        send.send_nowait(job)
+    send.close()
+
+    async def worker(token: str) -> None:
+        client = RawClient(port, token)
+        try:
+            async for method, path, data, headers in receive.clone():
+                status = await client.request(method, path, data, headers)
+                run.statuses[status] = run.statuses.get(status, 0) + 1
+                run.requests += 1
+        finally:
+            await client.aclose()
+
+    cpu_before = cpu_seconds(server_pid)
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for token in tokens:
+            nursery.start_soon(worker, token)
+    run.seconds = time.perf_counter() - started
+    run.server_cpu_s = cpu_seconds(server_pid) - cpu_before
+    return run
+
+
+async def bench_puts(port: int, server_pid: int, tokens: list[str], origins: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    pools = {seed: signed(seed, range(1, PER_FILE + UPDATES + 1)) for seed in range(1, origins + 1)}
+    signing_s = time.perf_counter() - t0
+
+    def version(seed: int, v: int) -> bytes:
+        return b"".join(line + b"\n" for line in pools[seed][v:v + PER_FILE])
+
+    def path(seed: int) -> str:
+        return f"/commons/{origin(seed)}.jsonl"
+
+    new = await run_jobs(port, server_pid, tokens,
+                         [("PUT", path(s), version(s, 0), {"if-none-match": "*"}) for s in pools])
+    updates = Run()
+    for v in range(1, UPDATES + 1):
+        updates.add(await run_jobs(port, server_pid, tokens, [
+            ("PUT", path(s), version(s, v), {"if-match": etag_of(version(s, v - 1))}) for s in pools]))
+    floor = await run_jobs(port, server_pid, tokens,
+                           [("GET", f"/commons/{'0' * 16}.jsonl", b"", {})] * (origins * (1 + UPDATES)))
+    return {"cpus": os.cpu_count(), "clients": len(tokens), "records_per_file": PER_FILE,
+            "bytes_per_file": len(version(1, 0)), "signing_s": round(signing_s, 1),
+            "put_new_files": new.describe(), "put_updates": updates.describe(), "floor_get_404": floor.describe(),
+            "target_put_per_s": 200,
+            "rate_limited_429": sum(r.statuses.get(429, 0) for r in (new, updates, floor))}
+
+
+def response_bytes(response: httpx.Response) -> int:
+    """Bytes on the wire for an answer: status line, headers, body (HTTP/1.1)."""
+    head = len(f"HTTP/1.1 {response.status_code} {response.reason_phrase}\r\n")
+    return head + sum(len(k) + len(v) + 4 for k, v in response.headers.raw) + 2 + len(response.content)
+
+
+@dataclass
+class Memo:
+    index: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+async def pull(http: httpx.AsyncClient, memo: Memo) -> dict[str, Any]:
+    """The protocol's pull rule, minimally: what it costs in requests and bytes."""
+    out = {"index_requests": 1, "file_requests": 0, "index_status": 0, "bytes_received": 0}
+    headers = {"if-none-match": memo.index} if memo.index else {}
+    index = await http.get("/commons/index", headers=headers)
+    out["index_status"] = index.status_code
+    out["bytes_received"] += response_bytes(index)
+    if index.status_code == 304:
+        return out
+    for entry in index.json():
+        if memo.files.get(entry["origin"]) == entry["etag"]:
+            continue
+        got = await http.get(f"/commons/{entry['origin']}.jsonl")
+        out["file_requests"] += 1
+        out["bytes_received"] += response_bytes(got)
+        if got.status_code == 200:
+            memo.files[entry["origin"]] = got.headers["etag"]
+    memo.index = index.headers["etag"]
+    return out
+
+
+async def bench_pull(url: str, token: str, origins: int) -> dict[str, Any]:
+    few = {seed: signed(seed, range(1, 2)) for seed in range(10_001, 10_001 + origins)}
+    client = RawClient(int(url.rpartition(":")[2]), token)
+    for seed, lines in few.items():  # one record each: what is measured is the number of files
+        assert await client.request("PUT", f"/commons/{origin(seed)}.jsonl", lines[0] + b"\n") == 201
+    await client.aclose()
+    out: dict[str, Any] = {"origins": origins}
+    async with httpx.AsyncClient(base_url=url, headers={"authorization": f"Bearer {token}"}, timeout=60) as http:
+        memo = Memo()
+        for name in ("cold", "up_to_date", "one_changed"):
+            if name == "one_changed":
+                seed = next(iter(few))
+                changed = b"".join(r + b"\n" for r in signed(seed, range(1, 3)))
+                assert (await http.put(f"/commons/{origin(seed)}.jsonl", content=changed)).status_code == 200
+            t = time.perf_counter()
+            out[name] = await pull(http, memo)
+            out[name]["seconds"] = round(time.perf_counter() - t, 4)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Benchmarks of the HTTP commons server on 127.0.0.1.")
+    parser.add_argument("--origins", type=int, default=200, help="origins pushing 100-record files (default 200)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients, one token each (default 16)")
+    parser.add_argument("--pull-origins", type=int, default=1000, help="files on the pull's server (default 1000)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    tokens = [f"bench-token-{i:04d}-0123456789abcdef" for i in range(args.clients)]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_server(Path(tmp) / "puts", tokens)
+        try:
+            result = trio.run(bench_puts, int(url.rpartition(":")[2]), proc.pid, tokens, args.origins)
+        finally:
+            stop_server(proc)
+        proc, url = start_server(Path(tmp) / "pull", tokens)
+        try:
+            result["pull"] = trio.run(bench_pull, url, tokens[0], args.pull_origins)
+        finally:
+            stop_server(proc)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{result['cpus']} CPUs, {result['clients']} concurrent clients (one token each, default rate limits; "
+          f"429s seen: {result['rate_limited_429']}), {PER_FILE}-record files ({result['bytes_per_file']} bytes)")
+    for name, label in [("put_new_files", "PUT, new files (every record verified)"),
+                        ("put_updates", "PUT, updates (1 new line of 100)"),
+                        ("floor_get_404", "floor: GET of an absent origin (404)")]:
+        r = result[name]
+        print(f"  {label:40s} {r['requests']:5d} requests in {r['seconds']:6.2f} s = {r['per_s']:6.1f}/s, "
+              f"server CPU {r['server_cpu_percent']:3d} %  {r['statuses']}")
+    print("  target: ≥ 200 PUT/s")
+    p = result["pull"]
+    print(f"pull with {p['origins']} origins (index with If-None-Match, files only when their ETag changed):")
+    for name in ("cold", "up_to_date", "one_changed"):
+        r = p[name]
+        print(f"  {name:12s} {r['index_requests']} index request (HTTP {r['index_status']}), "
+              f"{r['file_requests']:4d} file requests, {r['bytes_received']:8d} bytes received, "
+              f"{r['seconds'] * 1000:7.1f} ms")
+    print("  target (up to date): 1 index request, 0 file requests")
+
+
+if __name__ == "__main__":
+    main()
