@@ -30,7 +30,6 @@ import argparse
 import json
 import logging
 import random
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -57,6 +56,7 @@ from neverest.memory.store import StoreError, open_store
 from neverest.paths import ensure_home, resolve_home
 from neverest.peers import directory, mdns
 from neverest.peers import table as peer_table
+from neverest.serving import stop_on_signals
 from neverest.transports import commons_client, folder
 
 log = logging.getLogger("neverestd")
@@ -258,7 +258,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 # Signals first: from the moment the socket answers, SIGTERM must mean a clean stop.
-                await nursery.start(_stop_on_signals, nursery.cancel_scope)
+                await nursery.start(stop_on_signals, nursery.cancel_scope, log)
                 path = await nursery.start(serve_control, self.home, self.handle, self.config.control_timeout_s)
                 log.info("control socket %s", path)
                 app = gossip_http.GossipApp(self.gossip.respond, max_body_bytes=MAX_MESSAGE_BYTES)
@@ -288,16 +288,6 @@ def next_sleep(now: datetime, config: Config) -> datetime:
     if at <= local:
         at += timedelta(days=1)
     return at
-
-
-async def _stop_on_signals(scope: trio.CancelScope,
-                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for signum in signals:
-            log.info("%s: shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
 
 
 class _JsonFormatter(logging.Formatter):

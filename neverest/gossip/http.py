@@ -29,6 +29,8 @@ from typing import Any, Final
 import httpx
 import trio
 
+from neverest.serving import lifespan, serve_asgi
+
 EXCHANGE_PATH: Final = "/gossip/v1/exchange"
 CONTENT_TYPE: Final = "application/msgpack"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
@@ -59,13 +61,8 @@ class GossipApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         if scope["path"] != EXCHANGE_PATH:
@@ -158,15 +155,4 @@ async def post(http: httpx.AsyncClient, base_url: str, body: bytes, *, max_respo
 async def serve(app: GossipApp, listen: str, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                 ) -> None:
     """Serve ``app`` on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled."""
-    from hypercorn.config import Config as HyperConfig
-    from hypercorn.trio import serve as hyper_serve
-
-    config = HyperConfig()
-    config.bind = [listen]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("neverestd.hypercorn")
-    config.keep_alive_timeout = 30
-    config.read_timeout = 60  # an idle connection that never sends a request
-    config.h11_max_incomplete_size = 16 * 1024  # request line and headers
-    config.graceful_timeout = 2
-    await hyper_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+    await serve_asgi(app, listen, logger="neverestd.hypercorn", task_status=task_status)

@@ -207,7 +207,6 @@ import logging
 import math
 import os
 import re
-import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -227,6 +226,7 @@ from neverest.lines import read_lines
 from neverest.peers import directory as peer_directory
 from neverest.peers.table import PeerError, normalise_url
 from neverest.records import MAX_RECORD_BYTES, RecordError, origin_of, parse_many
+from neverest.serving import lifespan, serve_asgi, stop_on_signals
 
 INDEX_PATH: Final = "/commons/index"
 DIRECTORY_PATH: Final = "/directory"
@@ -811,13 +811,8 @@ class CommonsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         headers = _headers(scope)
@@ -1055,18 +1050,7 @@ async def _error(send: Send, refusal: Refusal) -> None:
 async def serve_app(app: CommonsApp, listen: str, *,
                     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve an opened app on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled."""
-    from hypercorn.config import Config as HyperConfig
-    from hypercorn.trio import serve as hyper_serve
-
-    config = HyperConfig()
-    config.bind = [listen]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("neverest.commons.hypercorn")
-    config.keep_alive_timeout = 30
-    config.read_timeout = 60  # an idle connection that never sends a request
-    config.h11_max_incomplete_size = 16 * 1024  # request line and headers
-    config.graceful_timeout = 2
-    await hyper_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+    await serve_asgi(app, listen, logger="neverest.commons.hypercorn", task_status=task_status)
 
 
 async def serve(data_dir: Path, tokens_file: Path, listen: str, *, limits: Limits | None = None,
@@ -1087,20 +1071,10 @@ async def serve(data_dir: Path, tokens_file: Path, listen: str, *, limits: Limit
         app.close()
 
 
-async def _stop_on_signals(scope: trio.CancelScope,
-                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for signum in signals:
-            log.info("%s: shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
-
-
 async def _run(app: CommonsApp, listen: str) -> None:
     async with trio.open_nursery() as nursery:
         # Signals first: from the moment the socket answers, SIGTERM must mean a clean stop.
-        await nursery.start(_stop_on_signals, nursery.cancel_scope)
+        await nursery.start(stop_on_signals, nursery.cancel_scope, log)
         binds = await nursery.start(serve_app, app, listen)
         log.info("commons server listening on %s", ", ".join(binds))
 
