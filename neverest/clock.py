@@ -8,6 +8,7 @@ by hand ("what does this memory say 91 days from now?").
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -49,8 +50,12 @@ def parse_time(text: str) -> datetime:
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
+@functools.lru_cache(maxsize=64)
 def iso(at: datetime) -> str:
-    """The one timestamp format Neverest writes: UTC with microseconds, 'Z'."""
+    """The one timestamp format Neverest writes: UTC with microseconds, 'Z'.
+
+    Cached: a batch of records received at one ``now`` formats the same time thousands of times.
+    """
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

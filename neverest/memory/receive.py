@@ -43,7 +43,16 @@ import numpy.typing as npt
 from neverest.clock import iso, parse_time
 from neverest.config import Config
 from neverest.memory import holdings
-from neverest.memory.embed import DIM, HASHED_SPACE, VectorRows, hashed_vector, join_threshold, stack, to_blob
+from neverest.memory.embed import (
+    DIM,
+    HASHED_SPACE,
+    HashedEmbedder,
+    VectorRows,
+    hashed_vector,
+    join_threshold,
+    stack,
+    to_blob,
+)
 from neverest.memory.store import Store
 from neverest.records import Record, RecordError, parse_many
 
@@ -127,7 +136,7 @@ class _MeaningIndex:
 
 
 def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-                  result: ReceiveResult, index: _MeaningIndex) -> None:
+                  result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None) -> None:
     if record.origin == own_origin:
         return
     # One round trip: is the hash tombstoned, did this origin already revoke it, and which
@@ -147,7 +156,8 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         elif _raise(db, held[0], record.origin, config, now):
             result.corroborated += 1
         return
-    vector = hashed_vector(fields["text"])
+    if vector is None:
+        vector = hashed_vector(fields["text"])
     similar = index.same_meaning(fields["kind"], vector)
     if similar is not None:
         if _raise(db, similar, record.origin, config, now):
@@ -189,9 +199,9 @@ def _apply_revoke(db: sqlite3.Connection, record: Record, now: datetime, result:
 
 
 def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-           result: ReceiveResult, index: _MeaningIndex) -> None:
+           result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None = None) -> None:
     if record.type == "lesson":
-        _apply_lesson(db, record, own_origin, config, now, result, index)
+        _apply_lesson(db, record, own_origin, config, now, result, index, vector)
     elif record.type == "confirm":
         _apply_confirm(db, record, own_origin, config, now, result)
     else:
@@ -209,6 +219,7 @@ class Receiver:
         self.store, self.own_origin, self.config, self.now = store, own_origin, config, now
         self._index = _MeaningIndex(store.db)
         self._pending: list[tuple[str, Record | RecordError, ReceiveResult]] = []
+        self._vectors: dict[int, npt.NDArray[np.float32]] = {}
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit."""
@@ -237,6 +248,10 @@ class Receiver:
         if not self._pending:
             return
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
+        # The batch's lesson sentences embedded in one call: much cheaper than one by one.
+        lessons = [item for _, item, _ in self._pending if isinstance(item, Record) and item.type == "lesson"]
+        self._vectors = dict(zip((id(r) for r in lessons),
+                                 HashedEmbedder().embed([r.fields["text"] for r in lessons]), strict=True))
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
             for source, item, result in self._pending:
@@ -265,7 +280,7 @@ class Receiver:
             result.older += 1
         else:
             result.accepted += 1
-            _apply(db, item, self.own_origin, self.config, self.now, result, self._index)
+            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, self._vectors.get(id(item)))
         return None
 
     def close(self) -> None:
