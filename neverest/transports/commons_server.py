@@ -200,7 +200,6 @@ import errno
 import fcntl
 import functools
 import hashlib
-import hmac
 import io
 import json
 import logging
@@ -227,6 +226,11 @@ from neverest.peers import directory as peer_directory
 from neverest.peers.table import PeerError, normalise_url
 from neverest.records import MAX_RECORD_BYTES, RecordError, origin_of, parse_many
 from neverest.serving import lifespan, serve_asgi, stop_on_signals
+from neverest.transports.commons_auth import (
+    CommonsServerError,
+    RateLimiter,
+    Tokens,
+)
 
 INDEX_PATH: Final = "/commons/index"
 DIRECTORY_PATH: Final = "/directory"
@@ -247,10 +251,7 @@ DEFAULT_RATE_PER_S: Final = 100.0
 DEFAULT_BURST: Final = 1100.0
 DEFAULT_BODY_TIMEOUT_S: Final = 30.0
 DEFAULT_LISTEN: Final = "127.0.0.1:7429"
-TOKENS_RECHECK_S: Final = 1.0
 WORKER_THREADS: Final = 16
-MIN_TOKEN_CHARS: Final = 16
-MAX_TOKEN_CHARS: Final = 512
 
 COMMONS_FOLDER: Final = "commons"
 DIRECTORY_FILE: Final = "directory.json"
@@ -261,7 +262,6 @@ ANNOUNCEMENT_FIELDS: Final = frozenset({"origin", "key", "url", "at", "sig"})
 _FILE_PATH = re.compile(r"/commons/([0-9a-f]{16})\.jsonl")
 _FILE_NAME = re.compile(r"[0-9a-f]{16}\.jsonl")
 _TEMP_NAME = re.compile(r"\.[0-9a-f]{16}\.jsonl\..*\.tmp")
-_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _HEX = frozenset("0123456789abcdef")
 
 log = logging.getLogger("neverest.commons")
@@ -272,8 +272,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 
-class CommonsServerError(Exception):
-    """The server cannot start; the message says what the operator should fix."""
 
 
 class Refusal(Exception):
@@ -309,11 +307,6 @@ class Limits:
 def etag_of(data: bytes) -> str:
     """The strong ETag of some bytes: BLAKE2b-128 in hex, quoted, as it appears in headers."""
     return '"' + hashlib.blake2b(data, digest_size=16).hexdigest() + '"'
-
-
-def token_id(token: bytes) -> str:
-    """How logs name a token: never the token itself."""
-    return hashlib.sha256(token).hexdigest()[:8]
 
 
 def _is_hex(value: object, length: int) -> bool:
@@ -371,114 +364,6 @@ def not_modified(headers: Mapping[bytes, bytes], etag: str) -> bool:
         return False
     tags = _etag_list(value)
     return tags is None or _weak_match(tags, etag)
-
-
-# -- tokens and rate limits ------------------------------------------------------------
-
-
-def load_tokens(path: Path) -> list[bytes]:
-    """The tokens of a tokens file; raises CommonsServerError naming the line at fault."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommonsServerError(f"cannot read the tokens file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise CommonsServerError(f"the tokens file {path} is not UTF-8 text") from None
-    tokens: list[bytes] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        token = line.strip()
-        if not token or token.startswith("#"):
-            continue
-        # Never echo the token: the error may end up in a shared log.
-        if not MIN_TOKEN_CHARS <= len(token) <= MAX_TOKEN_CHARS or not _TOKEN.fullmatch(token):
-            raise CommonsServerError(
-                f"{path} line {number}: a token is {MIN_TOKEN_CHARS} to {MAX_TOKEN_CHARS} characters of "
-                "A-Z a-z 0-9 - . _ ~ + / (then optionally =), e.g. the output of `openssl rand -hex 32`")
-        tokens.append(token.encode("ascii"))
-    if not tokens:
-        raise CommonsServerError(f"the tokens file {path} holds no token: nobody could use the server")
-    return tokens
-
-
-class Tokens:
-    """The bearer tokens in force, re-read when their file changes."""
-
-    def __init__(self, path: Path, monotonic: Callable[[], float]) -> None:
-        self.path = path
-        self._monotonic = monotonic
-        self._tokens = load_tokens(path)
-        self._signature = self._file_signature()
-        self._checked = -math.inf
-        self.generation = 0  # bumped whenever the set of tokens in force changes
-
-    def _file_signature(self) -> tuple[int, int, int] | None:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size, st.st_ino
-
-    def _maybe_reload(self) -> None:
-        now = self._monotonic()
-        if now - self._checked < TOKENS_RECHECK_S:
-            return
-        self._checked = now
-        signature = self._file_signature()
-        if signature == self._signature:
-            return
-        self._signature = signature
-        try:
-            tokens = load_tokens(self.path)
-        except CommonsServerError as exc:
-            # Locking everyone out because of a half-edited file would be worse than keeping
-            # the tokens that were in force a second ago.
-            log.error("%s; the previous tokens stay in force", exc)
-            return
-        self._tokens = tokens
-        self.generation += 1
-        log.info("tokens file %s read again: %d token(s)", self.path, len(tokens))
-
-    def identify(self, presented: bytes) -> str | None:
-        """The id of the token presented, or None when it is not one of ours."""
-        self._maybe_reload()
-        found: bytes | None = None
-        for token in self._tokens:
-            # No early exit: the time taken does not tell which token (or how much of one) matched.
-            if hmac.compare_digest(token, presented):
-                found = token
-        return token_id(found) if found is not None else None
-
-    def ids(self) -> set[str]:
-        return {token_id(t) for t in self._tokens}
-
-
-class RateLimiter:
-    """A token bucket per key: ``rate_per_s`` requests a second, bursts of ``burst``."""
-
-    def __init__(self, rate_per_s: float, burst: float, clock: Callable[[], float]) -> None:
-        self.rate = rate_per_s
-        self.burst = max(1.0, burst)
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (level, time of level)
-
-    def take(self, key: str) -> float:
-        """Spend one request: 0.0 when allowed, else the seconds until one would be."""
-        if self.rate <= 0:
-            return 0.0
-        now = self._clock()
-        level, then = self._buckets.get(key, (self.burst, now))
-        level = min(self.burst, level + max(0.0, now - then) * self.rate)
-        if level >= 1.0:
-            self._buckets[key] = (level - 1.0, now)
-            return 0.0
-        self._buckets[key] = (level, now)
-        return (1.0 - level) / self.rate
-
-    def keep_only(self, keys: set[str]) -> None:
-        """Forget the buckets of revoked tokens, so that memory follows the tokens file."""
-        for key in list(self._buckets):
-            if key not in keys:
-                del self._buckets[key]
 
 
 # -- the files -------------------------------------------------------------------------
