@@ -27,6 +27,7 @@ from neverest.clock import FixedClock, iso
 from neverest.peers import directory as peer_directory
 from neverest.records import canonical, origin_of, sign_lesson
 from neverest.transports import commons_server
+from neverest.transports.announce import sign_announcement
 from neverest.transports.commons_server import (
     MAX_FILE_BYTES,
     MAX_RECORDS,
@@ -37,7 +38,6 @@ from neverest.transports.commons_server import (
     etag_of,
     main,
     serve,
-    sign_announcement,
 )
 
 TOKEN_A = "token-a-0123456789abcdef"

@@ -37,6 +37,7 @@ from neverest.memory import holdings
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
 from neverest.records import MAX_RECORD_BYTES
+from neverest.transports.announce import sign_announcement
 
 MAX_RECORDS: Final = 1000
 MAX_FILE_BYTES: Final = 256 * 1024
@@ -214,8 +215,6 @@ def pull(store: Store, identity: Identity, url: str, token: str, config: Config,
 
 def announce(url: str, token: str, identity: Identity, reachable_at: str, now: datetime) -> bool:
     """Tell the commons' directory where peers reach this daemon (signed by its key)."""
-    from neverest.transports.commons_server import sign_announcement
-
     body = sign_announcement(identity.signing_key, reachable_at, now)
     with _client(token) as client:
         try:

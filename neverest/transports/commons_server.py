@@ -56,7 +56,7 @@ all 404).
   form of ``neverest.peers.table.normalise_url``), ``at`` (ISO 8601 with a zone) and
   ``sig``: 128 hex digits, Ed25519 by ``key`` over the UTF-8 bytes of
   ``json.dumps(the other four fields, sort_keys=True, separators=(",", ":"),
-  ensure_ascii=False)``.  ``sign_announcement`` builds such a body.  ``origin`` must be
+  ensure_ascii=False)``.  ``neverest.transports.announce.sign_announcement`` builds such a body.  ``origin`` must be
   the fingerprint of ``key``, the signature must verify, ``at`` must be within 10
   minutes of the server's clock, and an announcement signed earlier than the one
   stored for the same origin is refused (409), so a replay cannot move an origin
@@ -226,6 +226,7 @@ from neverest.peers import directory as peer_directory
 from neverest.peers.table import PeerError, normalise_url
 from neverest.records import MAX_RECORD_BYTES, RecordError, origin_of, parse_many
 from neverest.serving import lifespan, serve_asgi, stop_on_signals
+from neverest.transports.announce import announcement_bytes
 from neverest.transports.commons_auth import (
     CommonsServerError,
     RateLimiter,
@@ -311,10 +312,6 @@ def etag_of(data: bytes) -> str:
 
 def _is_hex(value: object, length: int) -> bool:
     return isinstance(value, str) and len(value) == length and set(value) <= _HEX
-
-
-def _canonical(fields: Mapping[str, Any]) -> bytes:
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _etag_list(value: bytes) -> list[str] | None:
@@ -488,20 +485,6 @@ def _announcement_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def sign_announcement(signing_key: nacl.signing.SigningKey, url: str, at: datetime | str) -> bytes:
-    """The body of a ``POST /directory/announce`` saying that this key's memory listens at ``url``.
-
-    ``url`` is normalised first (raises ``neverest.peers.table.PeerError`` if it is not an
-    http(s) URL of a host and port); ``at`` is the time of the announcement (a datetime,
-    written as ISO 8601 UTC, or such a string), checked by the server against its clock.
-    """
-    public = bytes(signing_key.verify_key)
-    fields = {"origin": origin_of(public), "key": public.hex(), "url": normalise_url(url),
-              "at": iso(at) if isinstance(at, datetime) else at}
-    fields["sig"] = signing_key.sign(_canonical(fields)).signature.hex()
-    return _canonical(fields)
-
-
 def check_announcement(body: bytes, now: datetime) -> dict[str, str]:
     """A verified announcement (the five fields), or a Refusal saying what is wrong."""
 
@@ -542,7 +525,8 @@ def check_announcement(body: bytes, now: datetime) -> dict[str, str]:
         raise bad("origin-mismatch", "origin is not the fingerprint of key", 422)
     unsigned = {name: value for name, value in obj.items() if name != "sig"}
     try:
-        nacl.signing.VerifyKey(bytes.fromhex(obj["key"])).verify(_canonical(unsigned), bytes.fromhex(obj["sig"]))
+        nacl.signing.VerifyKey(bytes.fromhex(obj["key"])).verify(announcement_bytes(unsigned),
+                                                                 bytes.fromhex(obj["sig"]))
     except (nacl.exceptions.BadSignatureError, ValueError):
         raise bad("bad-signature", "sig does not verify over the announcement", 422) from None
     skew = abs((at - now).total_seconds())
