@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from neverest.commands.common import UsageError, open_memory
@@ -13,7 +14,7 @@ from neverest.memory.events import ingest, ingest_lines
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
-from neverest.memory.states import verdict
+from neverest.memory.states import trust_filter, verdict
 
 EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "agent", "session", "cwd", "at")
 
@@ -70,14 +71,15 @@ def cmd_sleep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _state_of(memory: Memory, row: dict[str, object], origin: str) -> tuple[str, int]:
+def _state_of(memory: Memory, row: dict[str, object], origin: str, counts: Callable[[str], bool]) -> tuple[str, int]:
     """A lesson's state: archived, local (never published) or its commons state, and its support."""
-    held = holdings.about(memory.store.db, str(row["hash"]))
     if row["archived"] and row["origin"] == "":
         return "archived", 0
+    held = holdings.about(memory.store.db, str(row["hash"]))
     if not held:
         return "local", 0
-    v = verdict(memory.store.db, str(row["hash"]), now=memory.clock.now(), config=memory.config, own_origin=origin)
+    v = verdict(memory.store.db, str(row["hash"]), now=memory.clock.now(), config=memory.config, own_origin=origin,
+                counts=counts, held=held)
     return v.state, v.support
 
 
@@ -85,8 +87,9 @@ def cmd_lessons(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         origin = memory.identity.origin
         rows = lesson_rows(memory.store, kind=args.kind, include_archived=args.all)
+        counts = trust_filter(memory.store.db, memory.config, origin)
         for row in rows:
-            state, support = _state_of(memory, row, origin)
+            state, support = _state_of(memory, row, origin, counts)
             if args.json:
                 print(json.dumps({
                     "hash": row["hash"], "kind": row["kind"], "text": row["text"], "strength": row["strength"],

@@ -71,10 +71,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         target = _find(memory, args.hash)
         db = memory.store.db
         origin = memory.identity.origin
-        v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin)
-        lessons = [r for r in lesson_rows(memory.store, include_archived=True) if r["hash"] == target]
+        held = holdings.about(db, target)
+        v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin, held=held)
+        lessons = lesson_rows(memory.store, include_archived=True, target=target)
         records = [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
-                    "received": h.received, "superseded": h.superseded} for h in holdings.about(db, target)]
+                    "received": h.received, "superseded": h.superseded} for h in held]
         tomb = holdings.tombstone(db, target)
     first = lessons[0] if lessons else {}
     out: dict[str, Any] = {

@@ -31,7 +31,7 @@ from neverest.gossip.core import ExchangeResult, Initiator, Responder, Settings
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.store import StoreBusy, open_store
+from neverest.memory.store import Store, StoreBusy, open_store
 from neverest.peers import table
 
 log = logging.getLogger("neverestd.gossip")
@@ -57,7 +57,7 @@ class Gossip:
 
     def __post_init__(self) -> None:
         self._settings = settings_of(self.config)
-        self._store = open_store(self.home, busy_timeout_s=self.config.busy_timeout_s)
+        self._store = self._open()
         self._responder = Responder(SqliteView(self._store, own_origin=self.identity.origin, config=self.config),
                                     self.identity.signing_key, settings=self._settings)
         self._responding = trio.Lock()
@@ -65,6 +65,10 @@ class Gossip:
 
     def close(self) -> None:
         self._store.close()
+
+    def _open(self) -> Store:
+        """A connection of its own, for work in a worker thread."""
+        return open_store(self.home, busy_timeout_s=self.config.busy_timeout_s)
 
     # -- answering ------------------------------------------------------------------------
 
@@ -90,7 +94,7 @@ class Gossip:
 
     def _count(self, source: str, reason: str) -> None:
         """Count a refused request by its source, for ``neverestctl status``."""
-        with open_store(self.home, busy_timeout_s=self.config.busy_timeout_s) as store, store.write() as db:
+        with self._open() as store, store.write() as db:
             holdings.count_refusal(db, source, reason, self.clock.now())
 
     # -- initiating -----------------------------------------------------------------------
@@ -109,7 +113,7 @@ class Gossip:
         return total
 
     async def _exchange_once(self, client: httpx.AsyncClient, url: str, origin: str | None) -> ExchangeResult:
-        store = await trio.to_thread.run_sync(lambda: open_store(self.home, busy_timeout_s=self.config.busy_timeout_s))
+        store = await trio.to_thread.run_sync(self._open)
         try:
             view = SqliteView(store, own_origin=self.identity.origin, config=self.config)
             initiator = Initiator(view, self.identity.signing_key, origin, now=self.clock.now(), rng=self.rng,
@@ -130,7 +134,7 @@ class Gossip:
 
     def _score(self, url: str, result: ExchangeResult) -> None:
         now = self.clock.now()
-        with open_store(self.home, busy_timeout_s=self.config.busy_timeout_s) as store, store.write() as db:
+        with self._open() as store, store.write() as db:
             error = result.error
             if error is None:
                 if result.peer is not None:
@@ -150,11 +154,11 @@ class Gossip:
     async def round(self, *, fanout: int, only: str | None = None) -> list[dict[str, Any]]:
         """One gossip round; returns what each exchange did."""
         if only is not None:
-            with open_store(self.home) as store, store.write() as db:
+            with self._open() as store, store.write() as db:
                 url = table.add(db, only, source="manual", now=self.clock.now())
             chosen: list[tuple[str, str | None]] = [(url, None)]
         else:
-            with open_store(self.home) as store:
+            with self._open() as store:
                 healthy = table.healthy(store.db, self.clock.now())
             healthy = [a for a in healthy if a.origin != self.identity.origin]
             picked = self.rng.sample(healthy, min(fanout, len(healthy)))

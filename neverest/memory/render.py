@@ -25,7 +25,8 @@ LESSONS_MD = "lessons.md"
 MORNING_MD = "morning.md"
 
 
-def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool = False) -> list[dict[str, Any]]:
+def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool = False,
+                target: str | None = None) -> list[dict[str, Any]]:
     """Lessons as dictionaries, strongest first."""
     sql = ("SELECT id, hash, kind, text, seen, strength, updated, created, origin, sources, cwd, layer, archived "
            "FROM lessons WHERE 1 = 1")
@@ -35,6 +36,9 @@ def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool
     if kind:
         sql += " AND kind = ?"
         args.append(kind)
+    if target:
+        sql += " AND hash = ?"
+        args.append(target)
     sql += " ORDER BY strength DESC, id"
     keys = ("id", "hash", "kind", "text", "seen", "strength", "updated", "created", "origin", "sources", "project",
             "layer", "archived")

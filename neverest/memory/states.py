@@ -35,14 +35,19 @@ def trust_filter(db: sqlite3.Connection, config: Config, own_origin: str) -> Cal
     raise ValueError(f"trust policy {config.trust!r} is not one of any, peers")
 
 
-def facts(db: sqlite3.Connection, target: str) -> list[Fact]:
+def facts(held: list[holdings.Held]) -> list[Fact]:
     return [Fact(kind=h.type, origin=h.origin, at=parse_time(h.at))  # type: ignore[arg-type]
-            for h in holdings.about(db, target)]
+            for h in held]
 
 
-def verdict(db: sqlite3.Connection, target: str, *, now: datetime, config: Config, own_origin: str) -> Verdict:
-    return judge(facts(db, target), now=now, config=commons_config(config),
-                 counts=trust_filter(db, config, own_origin), tombstone=holdings.tombstone(db, target))
+def verdict(db: sqlite3.Connection, target: str, *, now: datetime, config: Config, own_origin: str,
+            counts: Callable[[str], bool] | None = None, held: list[holdings.Held] | None = None) -> Verdict:
+    """The commons state of ``target``.  Callers judging many lessons pass the trust filter
+    (``counts``) and, when they already read them, the records held (``held``)."""
+    return judge(facts(holdings.about(db, target) if held is None else held), now=now,
+                 config=commons_config(config),
+                 counts=trust_filter(db, config, own_origin) if counts is None else counts,
+                 tombstone=holdings.tombstone(db, target))
 
 
 def commons_pass(store: Store, *, now: datetime, config: Config, own_origin: str) -> dict[str, int]:
@@ -51,8 +56,9 @@ def commons_pass(store: Store, *, now: datetime, config: Config, own_origin: str
     with store.write() as db:
         targets = [str(r[0]) for r in db.execute(
             "SELECT DISTINCT target FROM records WHERE target NOT IN (SELECT hash FROM tombstones)")]
+        counts = trust_filter(db, config, own_origin)  # one policy for the whole pass
         for target in targets:
-            v = verdict(db, target, now=now, config=config, own_origin=own_origin)
+            v = verdict(db, target, now=now, config=config, own_origin=own_origin, counts=counts)
             if v.tombstone and v.state in buried:
                 holdings.bury(db, target, v.state, now)
                 # Received copies go; this memory's own lesson, learned from its own sessions, is
