@@ -105,7 +105,7 @@ drops as records are added.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -278,3 +278,35 @@ def _policy(counts: Callable[[str], bool] | AbstractSet[str] | None) -> Callable
 def _keep_earliest(times: dict[str, datetime], origin: str, at: datetime) -> None:
     if origin not in times or at < times[origin]:
         times[origin] = at
+
+
+# -- the trust policy "vouched" ----------------------------------------------------------
+
+
+def vouched(verified: Mapping[str, int], refuted: Mapping[str, int], *, resolved: int, own: str,
+            min_verified: int, min_resolved: int, allowed: AbstractSet[str] = frozenset()) -> Callable[[str], bool]:
+    """The policy ``vouched``: which origins this memory lets count, from what it tested itself.
+
+    ``verified[o]`` is the number of lessons ``o`` supported (published or confirmed) that
+    came true in this memory's own sessions, ``refuted[o]`` the number it supported whose
+    prediction failed here, ``resolved`` the number of lessons this memory has tested at
+    all.  An origin counts when it is this memory, or is allowed by name, or when
+
+    - this memory has tested at least ``min_resolved`` lessons itself: until it has, it
+      could not yet have caught an origin that supports false lessons among true ones,
+      so it vouches for nobody;
+    - at least ``min_verified`` lessons the origin supported came true here (a track
+      record this memory checked, which Sybil keys that only confirm each other lack);
+    - and no lesson it supported was refuted here: one false claim seen first-hand is
+      enough, since an honest memory only supports what happened in its own sessions.
+
+    Echoing confirmations of true lessons earns a track record; it does not hide the false
+    ones, which is why the policy waits for ``min_resolved`` tests (simulations/README).
+    """
+    def counts(origin: str) -> bool:
+        if origin == own or origin in allowed:
+            return True
+        return (resolved >= min_resolved and verified.get(origin, 0) >= min_verified
+                and refuted.get(origin, 0) == 0)
+
+    return counts

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from neverest.paths import CONFIG_FILE
 
@@ -50,10 +50,13 @@ class Config:
     support_n: int = 3
     window_days: float = 90.0
     revoke_quorum: int = 3
-    # Which origins count as support: "any" (the protocol's default) or "peers" (origins in the peer table);
-    # origins in trust_allow count under either.
+    # Which origins count as support: "any" (the protocol's default), "peers" (origins in the peer table),
+    # or "vouched" (origins whose claims this memory tested itself, none refuted: commons.vouched);
+    # origins in trust_allow count under every policy.
     trust: str = "any"
     trust_allow: str = ""  # comma-separated origins
+    vouch_min_verified: int = 2  # "vouched": lessons an origin supported that came true here
+    vouch_min_resolved: int = 10  # "vouched": lessons this memory must have tested before it vouches for anyone
     # Layers (PROTOCOL.md §9): lessons received from these origins (comma-separated) form the
     # "domain" layer (a language's, a tool's, a codebase's memory); all others the "common" one.
     domain_origins: str = ""
@@ -97,6 +100,9 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
     raise ConfigError(f"{name}: {value!r} is not a {kind.__name__}")
 
 
+TRUST_POLICIES: Final = ("any", "peers", "vouched")
+
+
 def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path | None = None,
                 **overrides: Any) -> Config:
     """Defaults < config.toml (``path``, else the home's) < NEVEREST_* environment < ``overrides``
@@ -120,8 +126,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
             values[name] = env_value
     values.update({k: v for k, v in overrides.items() if v is not None})
     config = dataclasses.replace(Config(), **{k: _coerce(k, types[k], v) for k, v in values.items()})
-    if config.trust not in ("any", "peers"):
-        raise ConfigError(f"trust: {config.trust!r} is not one of any, peers")
+    if config.trust not in TRUST_POLICIES:
+        raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")
     try:
         sleep_time(config)
     except ValueError:

@@ -9,11 +9,12 @@ other memories are archived, so that no slower path brings it back.
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
 from neverest.clock import parse_time
-from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, Verdict, judge
+from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, Verdict, judge, vouched
 from neverest.config import Config
 from neverest.memory import holdings
 from neverest.memory.store import Store
@@ -32,7 +33,39 @@ def trust_filter(db: sqlite3.Connection, config: Config, own_origin: str) -> Cal
     if config.trust == "peers":
         known = {str(r[0]) for r in db.execute("SELECT origin FROM peers")} | allowed | {own_origin}
         return known.__contains__
-    raise ValueError(f"trust policy {config.trust!r} is not one of any, peers")
+    if config.trust == "vouched":
+        return _vouched(db, config, own_origin, allowed)
+    raise ValueError(f"trust policy {config.trust!r} is not one of any, peers, vouched")
+
+
+def _vouched(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Callable[[str], bool]:
+    """The facts ``commons.vouched`` judges by, from this memory's own tests.
+
+    Verified here: this memory's own lessons, and lessons with a prediction that came true.
+    Refuted here: lessons whose predictions failed and never came true.  A real memory's
+    prediction also fails when the situation simply did not come up within the window,
+    so on a real machine this policy is stricter than in the simulator, where a failure
+    is a test that went the other way.
+    """
+    outcomes: dict[str, set[str]] = {}
+    for digest, outcome in db.execute(
+            "SELECT l.hash, p.outcome FROM predictions p JOIN lessons l ON l.id = p.lesson_id "
+            "WHERE p.outcome IS NOT NULL"):
+        outcomes.setdefault(str(digest), set()).add(str(outcome))
+    verified = {h for h, seen in outcomes.items() if "confirmed" in seen}
+    verified |= {str(r[0]) for r in db.execute("SELECT hash FROM lessons WHERE origin = ''")}
+    refuted = {h for h, seen in outcomes.items() if "failed" in seen} - verified
+    by_verified: Counter[str] = Counter()
+    by_refuted: Counter[str] = Counter()
+    for origin, target in db.execute(
+            "SELECT DISTINCT origin, target FROM records WHERE type IN ('lesson', 'confirm')"):
+        if target in verified:
+            by_verified[str(origin)] += 1
+        elif target in refuted:
+            by_refuted[str(origin)] += 1
+    return vouched(by_verified, by_refuted, resolved=len(verified | refuted), own=own_origin,
+                   min_verified=config.vouch_min_verified, min_resolved=config.vouch_min_resolved,
+                   allowed=frozenset(allowed))
 
 
 def facts(held: list[holdings.Held]) -> list[Fact]:

@@ -1,0 +1,3 @@
+from simulations.cli import main
+
+raise SystemExit(main())
