@@ -69,6 +69,13 @@ the same records, use the same policy and judge at the same ``now`` agree.
   confirmation happened); its revocation counts toward the quorum instead.
   Revocations from any other origin do nothing.
 
+- **Quarantine** (only when the caller asks for it: the policy ``vouched``).  A lesson
+  this memory first held less than ``quarantine_days`` ago is not ``common`` here yet,
+  whatever its support: the days are this memory's chance to test it in its own
+  sessions, and to catch its supporters lying, before it relies on them.  An origin can
+  build a clean record first and lie later; a quarantine is what makes that late lie
+  meet a test before it is believed.
+
 - **Tombstones.**  ``removed`` and ``revoked`` are final.  When a verdict reaches one
   of them without a tombstone, it says so (``Verdict.tombstone``) and the caller
   writes one; judged with that tombstone, the lesson keeps that state whatever
@@ -193,12 +200,17 @@ def judge(
     config: CommonsConfig = CommonsConfig(),
     counts: Callable[[str], bool] | AbstractSet[str] | None = None,
     tombstone: str | None = None,
+    held_since: datetime | None = None,
+    quarantine_days: float = 0.0,
 ) -> Verdict:
     """The state of one lesson from ``facts``, every fact held about its hash.
 
     ``counts`` is the trust policy: the origins whose support and revocations count,
     as a predicate or a set; ``None`` counts every origin (the policy ``any``).
     ``tombstone`` is the state of the tombstone the memory holds for the hash, if any.
+    ``held_since``, with ``quarantine_days``, is when this memory first held the lesson:
+    before ``held_since + quarantine_days`` a lesson that would be ``common`` is still a
+    ``candidate`` here (the quarantine of the policy ``vouched``; 0 days: none).
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
@@ -238,6 +250,8 @@ def judge(
         revoked=owners <= revokers or len(revokers & supporters.keys()) >= config.revoke_quorum,
         config=config,
     )
+    if state == COMMON and held_since is not None and now - held_since < timedelta(days=quarantine_days):
+        state = CANDIDATE
     return Verdict(
         state=state,
         supporters=tuple(sorted(supporters)),

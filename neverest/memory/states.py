@@ -77,10 +77,14 @@ def verdict(db: sqlite3.Connection, target: str, *, now: datetime, config: Confi
             counts: Callable[[str], bool] | None = None, held: list[holdings.Held] | None = None) -> Verdict:
     """The commons state of ``target``.  Callers judging many lessons pass the trust filter
     (``counts``) and, when they already read them, the records held (``held``)."""
-    return judge(facts(holdings.about(db, target) if held is None else held), now=now,
-                 config=commons_config(config),
+    held = holdings.about(db, target) if held is None else held
+    since = None
+    if config.trust == "vouched" and held:
+        since = min(parse_time(h.received) for h in held)
+    return judge(facts(held), now=now, config=commons_config(config),
                  counts=trust_filter(db, config, own_origin) if counts is None else counts,
-                 tombstone=holdings.tombstone(db, target))
+                 tombstone=holdings.tombstone(db, target), held_since=since,
+                 quarantine_days=config.vouch_quarantine_days)
 
 
 def commons_pass(store: Store, *, now: datetime, config: Config, own_origin: str) -> dict[str, int]:
