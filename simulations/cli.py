@@ -11,7 +11,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulations import dissemination, report
+from neverest.config import Config
+from simulations import commons, dissemination, report, robustness
+from simulations.world import WorldOptions
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -46,6 +48,25 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--loss", type=_fraction, default=0.0, help="probability that a message is lost")
     d.add_argument("--max-rounds", type=_positive, default=200)
     _common(d)
+
+    c = sub.add_parser("commons", help="do true lessons become common, and false ones never, under a trust policy")
+    c.add_argument("--agents", type=_positive, required=True)
+    c.add_argument("--adversaries", type=_fraction, required=True, help="fraction of the agents that are adversaries")
+    c.add_argument("--trust", choices=commons.POLICIES, default="vouched",
+                   help="the honest agents' trust policy (default vouched, the best one)")
+    c.add_argument("--nights", type=_positive, required=True)
+    c.add_argument("--false-per-adversary", type=float, default=WorldOptions.false_per_adversary,
+                   help="false lessons the adversaries publish, per adversary")
+    c.add_argument("--no-fading", action="store_true", help="skip measuring fading_nights (the slow part)")
+    _common(c)
+
+    r = sub.add_parser("robustness", help="loss, a partition that heals, churn: rounds to converge after each")
+    r.add_argument("--agents", type=_positive, default=1000)
+    r.add_argument("--fanout", type=_positive, default=1)
+    r.add_argument("--loss", type=_fraction, default=0.2)
+    r.add_argument("--churn", type=_fraction, default=0.1, help="fraction of online agents replaced each round")
+    r.add_argument("--fault-rounds", type=_positive, default=10)
+    _common(r)
     return p
 
 
@@ -60,4 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=out, quiet=args.quiet))
         report.emit(result, dissemination.summary(result), as_json=args.json)
         return 0 if result["rounds"] is not None else 1
+    if args.experiment == "commons":
+        if args.agents < 2:
+            parser().error("--agents must be at least 2")
+        world = WorldOptions(false_per_adversary=args.false_per_adversary)
+        result = commons.run(commons.Options(
+            agents=args.agents, adversaries=args.adversaries, nights=args.nights, trust=args.trust, seed=args.seed,
+            world=world, config=Config(), fading=not args.no_fading, out=out, quiet=args.quiet))
+        report.emit(result, commons.summary(result), as_json=args.json)
+        return 0
+    if args.experiment == "robustness":
+        if args.agents < 2:
+            parser().error("--agents must be at least 2")
+        result = robustness.run(robustness.Options(
+            agents=args.agents, fanout=args.fanout, seed=args.seed, loss=args.loss, churn=args.churn,
+            fault_rounds=args.fault_rounds, out=out, quiet=args.quiet))
+        report.emit(result, robustness.summary(result), as_json=args.json)
+        return 0 if all(s["rounds_after_fault"] is not None for s in result["scenarios"]) else 1
     raise AssertionError(args.experiment)

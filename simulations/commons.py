@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -48,7 +47,6 @@ from neverest.commons import COMMON, FADING, REMOVED, TERMINAL, CommonsConfig, F
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.records import RecordError, parse, sign_confirm, sign_lesson, sign_revoke
-
 from simulations import report
 from simulations.engine import EPOCH, stream
 from simulations.world import KIND, Lesson, WorldOptions, lessons
@@ -99,7 +97,8 @@ class Ledger:
         self.kind.append(kind)
         return len(self.raw) - 1
 
-    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int8], npt.NDArray[np.bool_]]:
+    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int8],
+                              npt.NDArray[np.bool_]]:
         return (np.array(self.lesson, dtype=np.int32), np.array(self.origin, dtype=np.int32),
                 np.array(self.kind, dtype=np.int8), np.array([f is not None for f in self.facts], dtype=bool))
 
@@ -262,7 +261,7 @@ class Run:
         """The first publisher of the most widely held true lesson withdraws it."""
         w = self.w
         w.refresh()
-        les, origin, kind, valid = w._arrays
+        les, _, kind, valid = w._arrays
         n = len(w.ledger)
         counts = w.held[:, :n][:, (kind == LESSON) & valid].sum(axis=0)
         lesson_ids = les[(kind == LESSON) & valid]
@@ -364,7 +363,7 @@ class Run:
                 state = cache.get(key)
                 if state is None:
                     policy = _flags_policy(flags, w.origins) if policy is None else policy
-                    verdict = judge([w.ledger.facts[r] for r in group.tolist()],  # type: ignore[misc]
+                    verdict = judge([f for r in group.tolist() if (f := w.ledger.facts[r]) is not None],
                                     now=now, config=self.cconfig, counts=policy, tombstone=tomb,
                                     held_since=since, quarantine_days=quarantine)
                     state = verdict.state

@@ -25,6 +25,7 @@ seed gives the same run, message for message.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import itertools
@@ -170,7 +171,7 @@ class Simulation:
         r = self.round
         for t, i, j in self.schedule.contacts(r):
             if self.net.online[i]:
-                self._at(t, lambda now, i=i, j=j: self._start(now, i, j, 0))
+                self._at(t, functools.partial(self._begin, i, j))
         self._run_until((r + 1) * self.period_s)
         self.round += 1
 
@@ -185,6 +186,9 @@ class Simulation:
         self.t = end
 
     # -- one exchange, message by message ------------------------------------------------
+
+    def _begin(self, i: int, j: int, now: float) -> None:
+        self._start(now, i, j, 0)
 
     def _start(self, now: float, i: int, j: int, continuation: int) -> None:
         a = self.agents[i]

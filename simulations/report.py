@@ -15,7 +15,7 @@ from typing import Any
 from tqdm import tqdm
 
 
-def progress(total: int | None, what: str, *, quiet: bool = False) -> tqdm:  # type: ignore[type-arg]
+def progress(total: int | None, what: str, *, quiet: bool = False) -> tqdm[Any]:
     return tqdm(total=total, desc=what, unit="round", file=sys.stderr, disable=quiet, leave=False,
                 dynamic_ncols=True)
 
