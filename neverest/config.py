@@ -57,7 +57,9 @@ class Config:
     trust_allow: str = ""  # comma-separated origins
     vouch_min_verified: int = 2  # "vouched": lessons an origin supported that came true here
     vouch_min_resolved: int = 10  # "vouched": lessons this memory must have tested before it vouches for anyone
-    vouch_quarantine_days: float = 7.0  # "vouched": days a lesson is held here before it can be common here
+    # "vouched": days a lesson is held here before it can be common here: one prediction window, so that
+    # every lesson has had a full window to come true, or fail, in this memory's own sessions first.
+    vouch_quarantine_days: float = 14.0
     # Layers (PROTOCOL.md §9): lessons received from these origins (comma-separated) form the
     # "domain" layer (a language's, a tool's, a codebase's memory); all others the "common" one.
     domain_origins: str = ""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neverest.config import Config
-from simulations import commons, dissemination, report, robustness
+from simulations import commons, dissemination, report, robustness, transports
 from simulations.world import WorldOptions
 
 
@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--churn", type=_fraction, default=0.1, help="fraction of online agents replaced each round")
     r.add_argument("--fault-rounds", type=_positive, default=10)
     _common(r)
+
+    t = sub.add_parser("transports", help="one new lesson by gossip and through the HTTP commons: bytes and time")
+    transports.add_arguments(t)
+    _common(t)
     return p
 
 
@@ -98,4 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fault_rounds=args.fault_rounds, out=out, quiet=args.quiet))
         report.emit(result, robustness.summary(result), as_json=args.json)
         return 0 if all(s["rounds_after_fault"] is not None for s in result["scenarios"]) else 1
+    if args.experiment == "transports":
+        result = transports.run(transports.options_from(args, out))
+        report.emit(result, transports.summary(result), as_json=args.json)
+        return 0
     raise AssertionError(args.experiment)

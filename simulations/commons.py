@@ -46,7 +46,7 @@ from neverest.clock import iso
 from neverest.commons import COMMON, FADING, REMOVED, TERMINAL, CommonsConfig, Fact, fact_of, judge, vouched
 from neverest.config import Config
 from neverest.identity import Identity
-from neverest.records import RecordError, parse, sign_confirm, sign_lesson, sign_revoke
+from neverest.records import Record, RecordError, parse, sign_confirm, sign_lesson, sign_revoke
 from simulations import report
 from simulations.engine import EPOCH, stream
 from simulations.world import KIND, Lesson, WorldOptions, lessons
@@ -83,9 +83,11 @@ class Ledger:
     def __len__(self) -> int:
         return len(self.raw)
 
-    def add(self, raw: bytes, lesson: int, origin: int) -> int:
+    def add(self, raw: bytes, lesson: int, origin: int, *, record: Record | None = None) -> int:
+        """Verify ``raw`` with the real ``records.parse``, or take ``record``, which the signing
+        functions return only after parsing the bytes they signed, exactly as a receiver would."""
         try:
-            record = parse(raw)
+            record = parse(raw) if record is None else record
             fact: Fact | None = fact_of(record)
             kind = {"lesson": LESSON, "confirm": CONFIRM, "revoke": REVOKE}[record.type]
         except RecordError:
@@ -163,7 +165,7 @@ class World:
             record = sign_confirm(key, le.hash, at=iso(when))
         else:
             record = sign_revoke(key, le.hash, at=iso(when))
-        rec = self.ledger.add(record.raw, lesson, signer)
+        rec = self.ledger.add(record.raw, lesson, signer, record=record)
         self._hold(holder, rec)
         return rec
 
@@ -212,6 +214,7 @@ class Run:
         self.revocation_rounds: int | None = None
         self.rounds_since_revocation = 0
         self.last_support: dict[int, datetime] = {}  # lesson -> newest support signed
+        self._prepared: dict[int, tuple[npt.NDArray[np.bool_], list[npt.NDArray[np.intp]]]] = {}
 
     # -- one night ------------------------------------------------------------------------
 
@@ -333,8 +336,12 @@ class Run:
                     flags[o] = counts(name)
         return flags
 
-    def judge_all(self, night: int, lessons_of_interest: set[int] | None = None) -> dict[int, dict[int, str]]:
-        """Each honest agent's state of each lesson it holds records about (agent -> lesson -> state)."""
+    def judge_all(self, night: int, lessons_of_interest: set[int] | None = None, *,
+                  frozen: bool = False) -> dict[int, dict[int, str]]:
+        """Each honest agent's state of each lesson it holds records about (agent -> lesson -> state).
+
+        ``frozen``: nothing but the clock changed since the last call (no records, no tests),
+        so each agent's policy and the records it admits are taken from that call."""
         w, now = self.w, _night_time(night)
         w.refresh()
         les, origin, kind, valid = w._arrays
@@ -343,11 +350,15 @@ class Run:
         states: dict[int, dict[int, str]] = {}
         quarantine = self.opts.config.vouch_quarantine_days if self.opts.trust == "vouched" else 0.0
         for h in w.honest:
-            flags = self.counted(h)
-            admitted = w.held[h, :n] & valid & ((kind != CONFIRM) | flags[origin])
-            idx = np.nonzero(admitted)[0]
-            idx = idx[np.argsort(les[idx], kind="stable")]
-            groups = np.split(idx, np.flatnonzero(np.diff(les[idx])) + 1) if len(idx) else []
+            prepared = self._prepared.get(h) if frozen else None
+            if prepared is None:
+                flags = self.counted(h)
+                admitted = w.held[h, :n] & valid & ((kind != CONFIRM) | flags[origin])
+                idx = np.nonzero(admitted)[0]
+                idx = idx[np.argsort(les[idx], kind="stable")]
+                prepared = (flags, np.split(idx, np.flatnonzero(np.diff(les[idx])) + 1) if len(idx) else [])
+                self._prepared[h] = prepared
+            flags, groups = prepared
             agent = w.agents[h]
             mine: dict[int, str] = {}
             policy: set[str] | None = None
@@ -474,7 +485,7 @@ def fading(sim: Run, night: int) -> int | None:
     pending = set(tracked)
     limit = night + int(2 * sim.cconfig.window_days) + 2
     for later in range(night + 1, limit + 1):
-        states = sim.judge_all(later, lessons_of_interest=pending)
+        states = sim.judge_all(later, lessons_of_interest=pending, frozen=True)
         for le in sorted(pending):
             if all(states[h].get(le) in (None, FADING, REMOVED, *TERMINAL) for h in w.honest):
                 pending.discard(le)
