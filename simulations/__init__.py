@@ -1,1 +1,7 @@
-"""Simulated networks of agents running the real Neverest code (issue 7); empty until then."""
+"""Simulated networks of Neverest agents running the project's own code (DESIGN §8).
+
+Only the network (network.py: latency, loss, partitions, churn) and the clock (engine.py: a
+heap of timed events) are simulated; records, the gossip exchange, the receive function,
+the commons states and the trust policies are ``neverest``'s.  ``python -m simulations``
+runs the experiments: dissemination, robustness, commons, transports (cli.py).
+"""

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neverest.clock import iso
-from neverest.commons import COMMON, FADING, REMOVED, TERMINAL, CommonsConfig, Fact, fact_of, judge, vouched
+from neverest.commons import COMMON, CommonsConfig, Fact, fact_of, judge, vouched
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.records import Record, RecordError, parse, sign_confirm, sign_lesson, sign_revoke
@@ -289,8 +289,12 @@ class Run:
         held = w.held[:, :n_rec]
         n = self.opts.agents
         fanout = min(self.opts.world.fanout, len(w.peers[0]))
+        order = list(range(n))
         for _ in range(self.opts.world.rounds_per_night):
-            for i in range(n):
+            # Daemons are not synchronised: within a round, agents start their exchanges in a
+            # random order, so a record may cross several hops in one round, as in engine.py.
+            self.gossip_rng.shuffle(order)
+            for i in order:
                 for j in self.gossip_rng.sample(w.peers[i], fanout):
                     both = held[i] | held[j]
                     held[i] = both if w.is_adv[i] else held[i] | (held[j] & valid)
@@ -413,7 +417,8 @@ def run(opts: Options) -> dict[str, Any]:
     true_share: list[list[float]] = []  # night -> per true lesson, share of honest agents where common
     false_peak: list[float] = []  # night -> share of honest agents where some false lesson is common
     last: dict[int, dict[int, str]] = {}
-    with report.progress(opts.nights, f"commons N={opts.agents} trust={opts.trust}", quiet=opts.quiet) as bar:
+    with report.progress(opts.nights, f"commons N={opts.agents} trust={opts.trust}", quiet=opts.quiet,
+                         unit="night") as bar:
         for night in range(1, opts.nights + 1):
             sim.sessions(night)
             sim.adversaries(night)
@@ -471,10 +476,11 @@ def run(opts: Options) -> dict[str, Any]:
 
 
 def fading(sim: Run, night: int) -> int | None:
-    """Nights from a lesson's last new support until it is fading (or gone) at every honest agent.
+    """Nights from a lesson's last new support until it is common at no honest agent any more
+    (fading, or gone; an agent at which it never became common does not hold it up).
 
-    The world stops after the last night (no sessions, no new records), and the true lessons
-    that were common at the most agents are judged night after night.  Only a few are
+    The world stops after the last night (no sessions, no new records), and true lessons
+    are judged night after night.  Only a few are
     followed, since every agent judges them every night: the figure is the largest of them.
     """
     w = sim.w
@@ -487,7 +493,7 @@ def fading(sim: Run, night: int) -> int | None:
     for later in range(night + 1, limit + 1):
         states = sim.judge_all(later, lessons_of_interest=pending, frozen=True)
         for le in sorted(pending):
-            if all(states[h].get(le) in (None, FADING, REMOVED, *TERMINAL) for h in w.honest):
+            if not any(states[h].get(le) == COMMON for h in w.honest):
                 pending.discard(le)
                 worst = max(worst, (_night_time(later) - sim.last_support[le]).days)
         if not pending:

@@ -15,8 +15,8 @@ from typing import Any
 from tqdm import tqdm
 
 
-def progress(total: int | None, what: str, *, quiet: bool = False) -> tqdm[Any]:
-    return tqdm(total=total, desc=what, unit="round", file=sys.stderr, disable=quiet, leave=False,
+def progress(total: int | None, what: str, *, quiet: bool = False, unit: str = "round") -> tqdm[Any]:
+    return tqdm(total=total, desc=what, unit=unit, file=sys.stderr, disable=quiet, leave=False,
                 dynamic_ncols=True)
 
 

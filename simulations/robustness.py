@@ -90,6 +90,7 @@ def _scenario(opts: Options, fault: str) -> dict[str, Any]:
                     after = sim.round - fault_end
                     break
         return {"fault": fault, "rounds_after_fault": after,
+                "rounds_to_all": next((r + 1 for r, c in enumerate(curve) if c == n), None),
                 "holding_at_fault_end": (curve[opts.fault_rounds - 1] / n
                                          if fault != "none" and len(curve) >= opts.fault_rounds else None),
                 "failed_exchanges": sim.stats.failed, "exchanges": sim.stats.exchanges,
@@ -127,9 +128,9 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def summary(result: dict[str, Any]) -> str:
-    rows = [(s["fault"], s["fault_rounds"], s["holding_at_fault_end"], s["rounds_after_fault"],
+    rows = [(s["fault"], s["fault_rounds"], s["holding_at_fault_end"], s["rounds_to_all"], s["rounds_after_fault"],
              s["failed_exchanges"], s["bytes_per_agent_round"], s["redundant_fraction"])
             for s in result["scenarios"]]
-    return report.grid(("fault", "fault rounds", "holding at fault end", "rounds to converge after",
+    return report.grid(("fault", "fault rounds", "holding at fault end", "rounds to all", "rounds to all after",
                         "failed exchanges", "bytes/agent/round", "redundant"), rows,
                        title=f"robustness, N = {result['agents']}, fanout {result['fanout']} (seed {result['seed']})")
