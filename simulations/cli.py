@@ -58,6 +58,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--false-per-adversary", type=float, default=WorldOptions.false_per_adversary,
                    help="false lessons the adversaries publish, per adversary")
     c.add_argument("--no-fading", action="store_true", help="skip measuring fading_nights (the slow part)")
+    c.add_argument("--exchange", choices=("ideal", "real"), default="ideal",
+                   help="how records move: the ideal anti-entropy (default), or the real gossip engine (small N)")
     _common(c)
 
     r = sub.add_parser("robustness", help="loss, a partition that heals, churn: rounds to converge after each")
@@ -91,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         world = WorldOptions(false_per_adversary=args.false_per_adversary)
         result = commons.run(commons.Options(
             agents=args.agents, adversaries=args.adversaries, nights=args.nights, trust=args.trust, seed=args.seed,
-            world=world, config=Config(), fading=not args.no_fading, out=out, quiet=args.quiet))
+            world=world, config=Config(), fading=not args.no_fading, exchange=args.exchange, out=out,
+            quiet=args.quiet))
         report.emit(result, commons.summary(result), as_json=args.json)
         return 0
     if args.experiment == "robustness":

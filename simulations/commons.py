@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,9 +47,10 @@ from neverest.clock import iso
 from neverest.commons import COMMON, CommonsConfig, Fact, fact_of, judge, vouched
 from neverest.config import Config
 from neverest.identity import Identity
+from neverest.memory import holdings
 from neverest.records import Record, RecordError, parse, sign_confirm, sign_lesson, sign_revoke
 from simulations import report
-from simulations.engine import EPOCH, stream
+from simulations.engine import EPOCH, Simulation, stream
 from simulations.world import KIND, Lesson, WorldOptions, lessons
 
 POLICIES = ("any", "peers", "vouched")
@@ -66,6 +68,7 @@ class Options:
     config: Config = field(default_factory=Config)
     revoke_night: int | None = None  # default: the middle of the run
     fading: bool = True  # measure fading_nights after the last night
+    exchange: str = "ideal"  # how records move: "ideal" anti-entropy, or "real": the gossip engine (engine.py)
     out: Path | None = None
     quiet: bool = False
 
@@ -79,6 +82,7 @@ class Ledger:
         self.lesson: list[int] = []
         self.origin: list[int] = []
         self.kind: list[int] = []
+        self.by_digest: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -92,6 +96,7 @@ class Ledger:
             kind = {"lesson": LESSON, "confirm": CONFIRM, "revoke": REVOKE}[record.type]
         except RecordError:
             fact, kind = None, CONFIRM
+        self.by_digest[holdings.digest_of(raw)] = len(self.raw)
         self.raw.append(raw)
         self.facts.append(fact)
         self.lesson.append(lesson)
@@ -146,6 +151,8 @@ class World:
         self.adv_supported: dict[int, set[int]] = {i: set() for i in self.adversaries for i in [i, *self.sybils_of[i]]}
         self.ledger = Ledger()
         self.held = np.zeros((n, 1024), dtype=bool)
+        self.seq = [0] * len(self.keys)  # each key's last seq: gossip moves records by (origin, seq)
+        self.on_hold: Callable[[int, Record, datetime], None] | None = None  # the real engine's stores
 
     # -- records --------------------------------------------------------------------------
 
@@ -159,18 +166,26 @@ class World:
     def sign(self, signer: int, holder: int, kind: int, lesson: int, when: datetime) -> int:
         key = self.keys[signer].signing_key
         le = self.lessons[lesson]
+        self.seq[signer] += 1
+        seq = self.seq[signer]
         if kind == LESSON:
-            record = sign_lesson(key, kind=KIND, text=le.text, seen=1, strength=1.0, updated=iso(when))
+            record = sign_lesson(key, kind=KIND, text=le.text, seen=1, strength=1.0, updated=iso(when), seq=seq)
         elif kind == CONFIRM:
-            record = sign_confirm(key, le.hash, at=iso(when))
+            record = sign_confirm(key, le.hash, at=iso(when), seq=seq)
         else:
-            record = sign_revoke(key, le.hash, at=iso(when))
+            record = sign_revoke(key, le.hash, at=iso(when), seq=seq)
         rec = self.ledger.add(record.raw, lesson, signer, record=record)
         self._hold(holder, rec)
+        if self.on_hold is not None:
+            self.on_hold(holder, record, when)
         return rec
 
-    def forge(self, adversary: int, lesson: int, victim: int, when: datetime) -> int:
-        """A confirmation in an honest agent's name, signed with the adversary's key: refused by parse."""
+    def forge(self, adversary: int, lesson: int, victim: int, when: datetime) -> int | None:
+        """A confirmation in an honest agent's name, signed with the adversary's key: refused by parse.
+        Not made when records move by the real engine (tests/test_simulations.py covers forged records
+        there): a forgery there would need a seq in the victim's history."""
+        if self.on_hold is not None:
+            return None
         record = sign_confirm(self.keys[adversary].signing_key, self.lessons[lesson].hash, at=iso(when))
         obj = json.loads(record.raw)
         obj["origin"], obj["key"] = self.origins[victim], bytes(self.keys[victim].signing_key.verify_key).hex()
@@ -215,6 +230,19 @@ class Run:
         self.rounds_since_revocation = 0
         self.last_support: dict[int, datetime] = {}  # lesson -> newest support signed
         self._prepared: dict[int, tuple[npt.NDArray[np.bool_], list[npt.NDArray[np.intp]]]] = {}
+        self.engine: Simulation | None = None
+        if opts.exchange == "real":
+            w = self.w
+            self.engine = Simulation(opts.agents, seed=opts.seed, fanout=opts.world.fanout, config=opts.config,
+                                     identities=w.keys[:opts.agents], peer_tables=w.peers)
+            engine = self.engine
+            w.on_hold = lambda holder, record, when: engine.agents[holder].own(record, when)
+        elif opts.exchange != "ideal":
+            raise ValueError("exchange must be ideal or real")
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
 
     # -- one night ------------------------------------------------------------------------
 
@@ -282,7 +310,10 @@ class Run:
         self.revoked_lesson = lesson
         self.revocation_record = w.sign(publisher, publisher, REVOKE, lesson, _night_time(night))
 
-    def gossip(self) -> None:
+    def gossip(self, night: int) -> None:
+        if self.engine is not None:
+            self._real_gossip(night)
+            return
         w = self.w
         n_rec = len(w.ledger)
         valid = np.array([f is not None for f in w.ledger.facts], dtype=bool)
@@ -303,6 +334,27 @@ class Run:
                 self.rounds_since_revocation += 1
                 if held[:, self.revocation_record].mean() >= 0.99:
                     self.revocation_rounds = self.rounds_since_revocation
+
+    def _real_gossip(self, night: int) -> None:
+        """The night's rounds through the real gossip engine; then what each store holds, as ledger indices."""
+        w, engine = self.w, self.engine
+        assert engine is not None
+        engine.skip_to((_night_time(night) - EPOCH).total_seconds())
+        revocation = None if self.revocation_record is None else holdings.digest_of(
+            w.ledger.raw[self.revocation_record])
+        for _ in range(self.opts.world.rounds_per_night):
+            engine.run_round()
+            if revocation is not None and self.revocation_rounds is None:
+                self.rounds_since_revocation += 1
+                holding = sum(a.store.db.execute("SELECT 1 FROM records WHERE digest = ?", (revocation,)).fetchone()
+                              is not None for a in engine.agents)
+                if holding >= 0.99 * len(engine.agents):
+                    self.revocation_rounds = self.rounds_since_revocation
+        for i, agent in enumerate(engine.agents):
+            for (digest,) in agent.store.db.execute("SELECT digest FROM records"):
+                rec = w.ledger.by_digest.get(digest)
+                if rec is not None:
+                    w.held[i, rec] = True
 
     def note_holdings(self, night: int) -> None:
         """When each honest agent first held each lesson (the quarantine of ``vouched`` runs from it).
@@ -411,6 +463,13 @@ def _flags_policy(flags: npt.NDArray[np.bool_], origins: list[str]) -> set[str]:
 def run(opts: Options) -> dict[str, Any]:
     started = time.perf_counter()
     sim = Run(opts)
+    try:
+        return _run(sim, opts, started)
+    finally:
+        sim.close()
+
+
+def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
     w = sim.w
     revoke_night = opts.revoke_night if opts.revoke_night is not None else max(1, opts.nights // 2)
     honest = len(w.honest)
@@ -424,7 +483,7 @@ def run(opts: Options) -> dict[str, Any]:
             sim.adversaries(night)
             if night == revoke_night:
                 sim.revoke(night)
-            sim.gossip()
+            sim.gossip(night)
             sim.note_holdings(night)
             last = sim.judge_all(night)
             common_at = {le: 0 for le in w.true}
@@ -448,6 +507,7 @@ def run(opts: Options) -> dict[str, Any]:
         "honest_agents": honest,
         "sybils": len(w.origins) - opts.agents,
         "trust": opts.trust,
+        "exchange": opts.exchange,
         "nights": opts.nights,
         "seed": opts.seed,
         "true_lessons": len(counted_true),
@@ -519,7 +579,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def summary(result: dict[str, Any]) -> str:
-    keys = ("agents", "adversaries", "sybils", "trust", "nights", "true_lessons", "false_lessons",
+    keys = ("agents", "adversaries", "sybils", "trust", "exchange", "nights", "true_lessons", "false_lessons",
             "true_common_fraction", "false_common", "false_common_peak_fraction", "revocation_rounds",
             "fading_nights", "forged_held_by_honest", "records", "wall_s")
     return report.table([(k, result.get(k)) for k in keys], title=f"commons (seed {result['seed']})")

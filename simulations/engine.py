@@ -30,8 +30,9 @@ import hashlib
 import heapq
 import itertools
 import json
+import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -64,9 +65,10 @@ def at(t: float) -> datetime:
 class Agent:
     """One memory: an identity and a real store, view and responder."""
 
-    def __init__(self, index: int, seed: int, config: Config, settings: Settings) -> None:
+    def __init__(self, index: int, seed: int, config: Config, settings: Settings,
+                 identity: Identity | None = None) -> None:
         self.index = index
-        self.identity = Identity.from_seed(hashlib.sha256(f"neverest-sim/{seed}/{index}".encode()).digest())
+        self.identity = identity or Identity.from_seed(hashlib.sha256(f"neverest-sim/{seed}/{index}".encode()).digest())
         self.origin = self.identity.origin
         self.store = Store(Path(":memory:"))
         self.view = SqliteView(self.store, own_origin=self.origin, config=config)
@@ -94,20 +96,24 @@ class Schedule:
     fanout: int
     period_s: float
     rng: random.Random
-    rounds: list[list[tuple[float, int, int]]] = field(default_factory=list)
+    tables: list[list[int]] | None = None  # each agent's peer table; None: every other agent
+    rounds: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
 
     def contacts(self, r: int) -> list[tuple[float, int, int]]:
-        while len(self.rounds) <= r:
-            k = len(self.rounds)
+        """Round r's contacts, sorted by time.  Rounds are drawn in the order they are first
+        asked for (in order, unless a caller skips ahead with ``Simulation.skip_to``)."""
+        if r not in self.rounds:
             out = []
             for i in range(self.n):
                 for j in self._peers(i):
-                    out.append(((k + self.rng.random()) * self.period_s, i, j))
+                    out.append(((r + self.rng.random()) * self.period_s, i, j))
             out.sort()
-            self.rounds.append(out)
+            self.rounds[r] = out
         return self.rounds[r]
 
     def _peers(self, i: int) -> list[int]:
+        if self.tables is not None:
+            return self.rng.sample(self.tables[i], min(self.fanout, len(self.tables[i])))
         f = min(self.fanout, self.n - 1)
         picked: list[int] = []
         while len(picked) < f:
@@ -146,15 +152,17 @@ class Simulation:
     """``n`` agents gossiping with the real code; faults are applied between rounds by the caller."""
 
     def __init__(self, n: int, *, seed: int, fanout: int = 1, config: Config | None = None,
-                 network: NetworkModel | None = None) -> None:
+                 network: NetworkModel | None = None, identities: Sequence[Identity] | None = None,
+                 peer_tables: list[list[int]] | None = None) -> None:
         if n < 2:
             raise ValueError("a network needs at least 2 agents")
         self.n, self.seed, self.fanout = n, seed, fanout
         self.config = config or Config()
         self.period_s = self.config.gossip_every_s
         settings = settings_of(self.config)
-        self.agents = [Agent(i, seed, self.config, settings) for i in range(n)]
-        self.schedule = Schedule(n, fanout, self.period_s, stream(seed, "schedule"))
+        self.agents = [Agent(i, seed, self.config, settings, None if identities is None else identities[i])
+                       for i in range(n)]
+        self.schedule = Schedule(n, fanout, self.period_s, stream(seed, "schedule"), peer_tables)
         self.net = VirtualNetwork(n, network or NetworkModel(), stream(seed, "network"))
         self.proto_rng = stream(seed, "protocol")
         self.stats = Stats()
@@ -174,6 +182,12 @@ class Simulation:
                 self._at(t, functools.partial(self._begin, i, j))
         self._run_until((r + 1) * self.period_s)
         self.round += 1
+
+    def skip_to(self, t: float) -> None:
+        """Let the clock run idle to ``t``: finish what is in flight, and start the next round at or after t
+        (the rounds skipped are not drawn: nothing happens in them)."""
+        self._run_until(max(t, self.t))
+        self.round = max(self.round, math.ceil(t / self.period_s))
 
     def _at(self, t: float, fn: Callable[[float], None]) -> None:
         heapq.heappush(self._events, (t, next(self._tie), fn))

@@ -167,6 +167,19 @@ def test_vouched_keeps_false_lessons_from_becoming_common_and_true_ones_still_do
     assert result["revocation_rounds"] is not None
 
 
+def test_records_moved_by_the_real_gossip_engine_give_the_same_verdicts() -> None:
+    """The commons experiment's ideal anti-entropy against the real thing: every record through
+    real exchanges, the receive function and SQLite stores, at a size the suite can afford."""
+    for trust in ("vouched", "any"):
+        ideal_run = _commons(trust)
+        real = commons.run(commons.Options(agents=30, adversaries=0.3, nights=20, trust=trust, seed=1, world=SMALL,
+                                           config=SMALL_CONFIG, fading=False, quiet=True, exchange="real"))
+        assert real["exchange"] == "real"
+        for key in ("true_common_fraction", "false_common", "false_common_peak_fraction"):
+            assert real[key] == ideal_run[key], key
+        assert real["revocation_rounds"] is not None
+
+
 def test_the_commons_experiment_is_deterministic() -> None:
     assert _without_timing(_commons("peers", seed=4)) == _without_timing(_commons("peers", seed=4))
 
