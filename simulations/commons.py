@@ -9,11 +9,14 @@ Agents, honest and adversarial (world.py), live ``nights`` nights.  Each night:
 2. **gossip**: ``rounds_per_night`` rounds in which each agent exchanges with ``fanout``
    peers of its table.  Records move as the ideal anti-entropy moves them (both sides
    leave holding the union), which the ``dissemination`` experiment shows the real gossip
-   matches; the real gossip core is not run here because 1 000 full stores of ~70 000
-   records each is ~1 000 times what one memory does, beyond one machine in minutes.
-   Every record is verified once by the real ``records.parse`` (the result is a pure
-   function of its bytes); an honest agent never holds one that fails, so forged records
-   stay with the adversaries.  A replayed record has the bytes of one already held: it
+   matches; by default the real gossip core is not run, because 1 000 full stores of
+   ~70 000 records each is ~1 000 times what one memory does, beyond one machine in
+   minutes.  ``exchange="real"`` (``--exchange real``) runs it instead, for smaller
+   networks: every record then moves through ``engine.Simulation`` (real stores, real
+   exchanges over the same peer tables, the receive function), and what each store holds
+   is read back after the night's rounds.  Every record is verified once by the real
+   ``records.parse`` (the result is a pure function of its bytes); an honest agent never
+   holds one that fails, so forged records stay with the adversaries.  A replayed record has the bytes of one already held: it
    changes nothing.
 3. **judging**: every honest agent judges every lesson it holds records about with the
    real ``neverest.commons.judge``, under its trust policy, and keeps the tombstones the
@@ -21,7 +24,8 @@ Agents, honest and adversarial (world.py), live ``nights`` nights.  Each night:
 
 Policies: ``any`` (the protocol's default: every origin counts), ``peers`` (the origins
 in the agent's peer table), ``vouched`` (``neverest.commons.vouched``: origins whose claims
-this agent tested itself, none refuted, once it has tested ``vouch_min_resolved`` lessons).
+this agent tested itself, none refuted, once it has tested ``vouch_min_resolved`` lessons;
+and a lesson held here less than ``vouch_quarantine_days`` is not common here yet).
 
 Judging every lesson at 700 agents is the slow part; verdicts are cached per night by
 exactly what they depend on (the records admitted, the tombstone and which publishers

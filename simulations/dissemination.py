@@ -63,7 +63,7 @@ def _run(sim: Simulation, opts: Options, started: float) -> dict[str, Any]:
 
     sim.on_accept = accepted
     curve: list[int] = []
-    with report.progress(opts.max_rounds, f"dissemination N={n}", quiet=opts.quiet) as bar:
+    with report.progress(None, f"dissemination N={n}", quiet=opts.quiet) as bar:
         while count[0] < n and sim.round < opts.max_rounds:
             sim.run_round()
             curve.append(count[0])

@@ -71,7 +71,7 @@ def _scenario(opts: Options, fault: str) -> dict[str, Any]:
         curve: list[int] = []
         fault_end: int | None = None
         after: int | None = None
-        with report.progress(opts.max_rounds, f"robustness: {fault}", quiet=opts.quiet) as bar:
+        with report.progress(None, f"robustness: {fault}", quiet=opts.quiet) as bar:
             while sim.round < opts.max_rounds:
                 if fault == "churn" and sim.round < opts.fault_rounds:
                     sim.net.churn(opts.churn, rng)
