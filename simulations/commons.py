@@ -16,8 +16,8 @@ Agents, honest and adversarial (world.py), live ``nights`` nights.  Each night:
    exchanges over the same peer tables, the receive function), and what each store holds
    is read back after the night's rounds.  Every record is verified once by the real
    ``records.parse`` (the result is a pure function of its bytes); an honest agent never
-   holds one that fails, so forged records stay with the adversaries.  A replayed record has the bytes of one already held: it
-   changes nothing.
+   holds one that fails, so forged records stay with the adversaries.  A replayed record
+   has the bytes of one already held: it changes nothing.
 3. **judging**: every honest agent judges every lesson it holds records about with the
    real ``neverest.commons.judge``, under its trust policy, and keeps the tombstones the
    verdicts ask for, as ``memory/states.commons_pass`` does.
