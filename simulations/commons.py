@@ -152,11 +152,13 @@ class World:
         self.peers = [rng.sample([j for j in range(n) if j != i], min(w.peers_per_agent, n - 1)) for i in range(n)]
         self.false_author = {f: rng.choice(self.adversaries) for f in self.false} if self.adversaries else {}
         self.false_night = {f: 1 + rng.randrange(max(1, w.false_publish_nights)) for f in self.false}
-        self.adv_supported: dict[int, set[int]] = {i: set() for i in self.adversaries for i in [i, *self.sybils_of[i]]}
+        # Lessons each adversary key (the adversary's own and its Sybils') has supported.
+        self.adv_supported: dict[int, set[int]] = {k: set() for a in self.adversaries for k in (a, *self.sybils_of[a])}
         self.ledger = Ledger()
         self.held = np.zeros((n, 1024), dtype=bool)
         self.seq = [0] * len(self.keys)  # each key's last seq: gossip moves records by (origin, seq)
         self.on_hold: Callable[[int, Record, datetime], None] | None = None  # the real engine's stores
+        self.refresh()
 
     # -- records --------------------------------------------------------------------------
 
@@ -200,13 +202,14 @@ class World:
 
     def held_lessons(self, agent: int) -> set[int]:
         """Lessons the agent holds a valid lesson record of."""
-        les, _, kind, valid = self._arrays
+        les, _, kind, valid = self.arrays
         n = len(les)  # the records as of the last refresh: what was signed since is not held yet
         mask = self.held[agent, :n] & valid & (kind == LESSON)
         return set(np.unique(les[mask]).tolist())
 
     def refresh(self) -> None:
-        self._arrays = self.ledger.arrays()
+        """Take in the records signed since the last refresh (``arrays``: lesson, origin, kind, valid)."""
+        self.arrays = self.ledger.arrays()
 
 
 def _identity(seed: int, i: int) -> Identity:
@@ -296,7 +299,7 @@ class Run:
         """The first publisher of the most widely held true lesson withdraws it."""
         w = self.w
         w.refresh()
-        les, _, kind, valid = w._arrays
+        les, _, kind, valid = w.arrays
         n = len(w.ledger)
         counts = w.held[:, :n][:, (kind == LESSON) & valid].sum(axis=0)
         lesson_ids = les[(kind == LESSON) & valid]
@@ -319,9 +322,9 @@ class Run:
             self._real_gossip(night)
             return
         w = self.w
-        n_rec = len(w.ledger)
-        valid = np.array([f is not None for f in w.ledger.facts], dtype=bool)
-        held = w.held[:, :n_rec]
+        w.refresh()
+        valid = w.arrays[3]
+        held = w.held[:, :len(valid)]
         n = self.opts.agents
         fanout = min(self.opts.world.fanout, len(w.peers[0]))
         order = list(range(n))
@@ -383,7 +386,7 @@ class Run:
             flags[w.peers[h]] = True
         else:
             agent = w.agents[h]
-            les, origin, kind, valid = w._arrays
+            les, origin, kind, valid = w.arrays
             n = len(w.ledger)
             support = w.held[h, :n] & valid & (kind != REVOKE)
             verified = _by_origin(support & np.isin(les, list(agent.verified)), origin, les, w.origins)
@@ -404,7 +407,7 @@ class Run:
         so each agent's policy and the records it admits are taken from that call."""
         w, now = self.w, _night_time(night)
         w.refresh()
-        les, origin, kind, valid = w._arrays
+        les, origin, kind, valid = w.arrays
         n = len(w.ledger)
         cache: dict[tuple[Any, ...], str] = {}
         states: dict[int, dict[int, str]] = {}
@@ -524,7 +527,7 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "revoked_everywhere": (all(last[h].get(sim.revoked_lesson) in (None, "revoked") for h in w.honest)
                                if sim.revoked_lesson is not None else None),
         "records": len(w.ledger),
-        "forged_held_by_honest": int(w.held[w.honest, :len(w.ledger)][:, ~w.ledger.arrays()[3]].sum()),
+        "forged_held_by_honest": int(w.held[w.honest, :len(w.arrays[3])][:, ~w.arrays[3]].sum()),
         "true_common_by_night": [sum(v >= 0.95 for v in night_shares) / max(1, len(night_shares))
                                  for night_shares in true_share],
         "false_peak_by_night": false_peak,

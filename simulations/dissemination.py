@@ -16,13 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neverest.clock import iso
-from neverest.records import sign_lesson
 from simulations import ideal, report
-from simulations.engine import Simulation, at
+from simulations.engine import Holders, Simulation, first_lesson
 from simulations.network import NetworkModel
-
-LESSON = "pytest finds no tests when the package uses a src layout and is not installed"
 
 
 @dataclass
@@ -48,28 +44,15 @@ def run(opts: Options) -> dict[str, Any]:
 def _run(sim: Simulation, opts: Options, started: float) -> dict[str, Any]:
     n = opts.agents
     setup_s = time.perf_counter() - started
-    author = sim.agents[0]
-    record = sign_lesson(author.identity.signing_key, kind="error", text=LESSON, seen=3, strength=0.8,
-                         updated=iso(at(0)), seq=1)
-    sim.publish(0, record)
-    held = [False] * n
-    held[0] = True
-    count = [1]
-
-    def accepted(agent: int, _t: float) -> None:
-        if not held[agent] and sim.agents[agent].holds(author.origin, 1):
-            held[agent] = True
-            count[0] += 1
-
-    sim.on_accept = accepted
+    holders = Holders(sim, first_lesson(sim), first=0)
     curve: list[int] = []
     with report.progress(None, f"dissemination N={n}", quiet=opts.quiet) as bar:
-        while count[0] < n and sim.round < opts.max_rounds:
+        while holders.count < n and sim.round < opts.max_rounds:
             sim.run_round()
-            curve.append(count[0])
+            curve.append(holders.count)
             bar.update(1)
-            bar.set_postfix(holding=f"{count[0]}/{n}")
-    rounds = len(curve) if count[0] == n else None
+            bar.set_postfix(holding=f"{holders.count}/{n}")
+    rounds = len(curve) if holders.count == n else None
     traffic = sim.net.traffic.bytes
     stats = sim.stats
     redundant = stats.redundant / stats.deliveries if stats.deliveries else 0.0

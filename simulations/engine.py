@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
+from neverest.clock import iso
 from neverest.config import Config
 from neverest.gossip.codec import ProtocolError
 from neverest.gossip.core import ExchangeResult, Initiator, Responder, Settings
@@ -47,7 +47,7 @@ from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.store import Store
-from neverest.records import Record
+from neverest.records import Record, RecordType, sign_lesson
 from simulations.network import NetworkModel, VirtualNetwork
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # virtual time 0
@@ -136,8 +136,6 @@ class Stats:
     in_sync_bytes_max: int = 0
     in_sync_bytes_total: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -283,16 +281,47 @@ class Simulation:
         """Make an agent hold bytes that no receive function checked: how an adversary's store
         holds the forged or altered records it serves.  ``raw`` must name an origin, seq and hash."""
         obj = json.loads(raw)
-        target = obj.get("hash") or obj.get("confirm") or obj.get("revoke")
-        kind = "lesson" if "hash" in obj else "confirm" if "confirm" in obj else "revoke"
-        now = at(self.t).isoformat()
+        kind: RecordType = "lesson" if "hash" in obj else "confirm" if "confirm" in obj else "revoke"
+        unchecked = Record(type=kind, raw=raw, fields=obj, origin=obj["origin"], key=obj["key"],
+                           target=obj.get("hash") or obj.get("confirm") or obj.get("revoke"), seq=obj["seq"])
         with self.agents[agent].store.write() as db:
-            db.execute("INSERT INTO records (origin, seq, type, target, raw, source, received, at, digest) "
-                       "VALUES (?, ?, ?, ?, ?, 'adversary', ?, ?, ?)",
-                       (obj["origin"], obj["seq"], kind, target, raw, now, obj.get("updated") or obj.get("at"),
-                        holdings.digest_of(raw)))
+            holdings.put(db, unchecked, source="adversary", now=at(self.t))
 
     def close(self) -> None:
         for a in self.agents:
             a.close()
 
+
+LESSON = "pytest finds no tests when the package uses a src layout and is not installed"
+
+
+def lesson_record(agent: Agent) -> Record:
+    """The experiments' new lesson, signed by ``agent`` at virtual time 0 with seq 1."""
+    return sign_lesson(agent.identity.signing_key, kind="error", text=LESSON, seen=3, strength=0.8,
+                       updated=iso(at(0)), seq=1)
+
+
+def first_lesson(sim: Simulation, agent: int = 0) -> str:
+    """Agent ``agent`` signs the experiments' new lesson and holds it; returns its origin."""
+    sim.publish(agent, lesson_record(sim.agents[agent]))
+    return sim.agents[agent].origin
+
+
+class Holders:
+    """Which agents hold one origin's record at ``seq``, kept up to date as ``Simulation.on_accept``.
+
+    ``curve`` lists (virtual time, agents holding it) at each new holder, from the first."""
+
+    def __init__(self, sim: Simulation, origin: str, *, first: int, seq: int = 1) -> None:
+        self._sim, self._origin, self._seq = sim, origin, seq
+        self.held = [False] * sim.n
+        self.held[first] = True
+        self.count = 1
+        self.curve: list[tuple[float, int]] = [(0.0, 1)]
+        sim.on_accept = self
+
+    def __call__(self, agent: int, t: float) -> None:
+        if not self.held[agent] and self._sim.agents[agent].holds(self._origin, self._seq):
+            self.held[agent] = True
+            self.count += 1
+            self.curve.append((t, self.count))

@@ -72,17 +72,14 @@ from typing import Any
 import httpx
 import trio
 
-from neverest.clock import iso
 from neverest.config import Config
 from neverest.gossip.service import settings_of
 from neverest.memory.states import commons_pass
-from neverest.records import Record, sign_lesson
 from neverest.serving import Receive, Send, serve_asgi
 from neverest.transports import commons_client
 from neverest.transports.commons_server import CommonsApp
 from simulations import report
-from simulations.dissemination import LESSON
-from simulations.engine import Agent, Simulation, at, stream
+from simulations.engine import Agent, Holders, Simulation, at, first_lesson, lesson_record, stream
 from simulations.network import VirtualNetwork
 
 DAY_S = 86_400.0
@@ -162,11 +159,6 @@ def run(opts: Options) -> dict[str, Any]:
     return result
 
 
-def _lesson(agent: Agent) -> Record:
-    return sign_lesson(agent.identity.signing_key, kind="error", text=LESSON, seen=3, strength=0.8,
-                       updated=iso(at(0)), seq=1)
-
-
 def _reach(reach_s: float | None) -> dict[str, float | None]:
     return {"reach_s": reach_s, "reach_h": None if reach_s is None else reach_s / 3600}
 
@@ -200,18 +192,8 @@ def _gossip(opts: Options) -> dict[str, Any]:
         # one dissemination.py would make, message for message.
         net = _CountingNetwork(n, sim.net.model, sim.net.rng)
         sim.net = net
-        author = sim.agents[0]
-        sim.publish(0, _lesson(author))
-        held = [False] * n
-        held[0] = True
-        curve: list[tuple[float, int]] = [(0.0, 1)]
-
-        def accepted(agent: int, t: float) -> None:
-            if not held[agent] and sim.agents[agent].holds(author.origin, 1):
-                held[agent] = True
-                curve.append((t, curve[-1][1] + 1))
-
-        sim.on_accept = accepted
+        holders = Holders(sim, first_lesson(sim), first=0)
+        curve = holders.curve
         # The same horizon as the commons: a lesson that has not spread in `days` days has not.
         max_rounds = math.ceil(opts.days * DAY_S / sim.period_s)
         with report.progress(max_rounds, f"gossip N={n}", quiet=opts.quiet) as bar:
@@ -439,7 +421,7 @@ def _commons_run(opts: Options, agents: list[Agent], url: str, tokens: list[str]
         _warm_up(agents, url, tokens, config, counting)
     baseline = counting.tally.copy()  # the warm-up happened before t = 0: not counted
     author = agents[0]
-    author.own(_lesson(author), at(0))
+    author.own(lesson_record(author), at(0))
     offsets = sleep_offsets(n, opts.seed)
     # One more day after the horizon, run only once everyone holds the lesson: the idle cost.
     sleeps = sorted((day * DAY_S + offsets[i], i) for day in range(opts.days + 1) for i in range(n))
