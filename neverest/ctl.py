@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from neverest import __version__
-from neverest.commands.common import UsageError
+from neverest.commands.common import CommandFailed, UsageError
 from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
 from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
 from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
@@ -95,15 +96,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
-    parser.add_argument("--home", help="the memory's home folder (default: $NEVEREST_HOME, else ~/.neverest)")
+    home_help = "the memory's home folder (default: $NEVEREST_HOME, else ~/.neverest)"
+    parser.add_argument("--home", help=home_help)
+    # --home is accepted after the command too (`neverestctl status --home DIR`); there it wins.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=argparse.SUPPRESS, help=home_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("id", help="print this memory's origin and public key (made on first use)")
+    p = sub.add_parser("id", parents=[common], help="print this memory's origin and public key (made on first use)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=cmd_id)
 
-    p = sub.add_parser(
-        "verify",
+    p = sub.add_parser("verify", parents=[common],
         help="check record lines; one JSON verdict per non-blank line",
         description="Check wire records (one per line) from FILEs or standard input. Prints one JSON "
         "object per non-blank line: line, ok, type, hash, origin, reason, message. Exit status 0 when "
@@ -112,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", metavar="FILE", help="files of records ('-' or none: standard input)")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("remember", help="store an agent's event (or JSON Lines of events) as an episode",
+    p = sub.add_parser("remember", parents=[common],
+                       help="store an agent's event (or JSON Lines of events) as an episode",
                        description="Store one event from flags, or many from --events FILE|- (JSON Lines). "
                        "Exit status 1 when any event is refused; the others are still stored.")
     p.add_argument("--kind", choices=EVENT_KINDS)
@@ -122,76 +127,81 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_remember)
 
-    p = sub.add_parser("sleep", help="drain the inbox and run the sleep passes now; print what each did")
+    p = sub.add_parser("sleep", parents=[common],
+                       help="drain the inbox and run the sleep passes now; print what each did")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sleep)
 
-    p = sub.add_parser("lessons", help="list the lessons this memory holds")
+    p = sub.add_parser("lessons", parents=[common], help="list the lessons this memory holds")
     p.add_argument("--kind", choices=KINDS)
     p.add_argument("--all", action="store_true", help="include archived lessons")
     p.add_argument("--json", action="store_true", help="one JSON object per lesson")
     p.set_defaults(func=cmd_lessons)
 
-    p = sub.add_parser("recall", help="the episodes and lessons a query bears on")
+    p = sub.add_parser("recall", parents=[common], help="the episodes and lessons a query bears on")
     p.add_argument("query")
     p.add_argument("-k", type=int, default=5, help="how many (default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recall)
 
-    p = sub.add_parser("publish", help="share the lessons learned in a project (opt-in, per project)")
+    p = sub.add_parser("publish", parents=[common], help="share the lessons learned in a project (opt-in, per project)")
     p.add_argument("--project", required=True, help="the project folder whose lessons may leave this machine")
     p.add_argument("--corrections", action="store_true", help="also publish lessons about the person")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("unpublish", help="stop sharing a project's lessons")
+    p = sub.add_parser("unpublish", parents=[common], help="stop sharing a project's lessons")
     p.add_argument("--project", required=True)
+    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_unpublish)
 
-    p = sub.add_parser("folder", help="the shared-folder transport")
+    p = sub.add_parser("folder", parents=[common], help="the shared-folder transport")
     folder_sub = p.add_subparsers(dest="folder_command", required=True, metavar="ACTION")
-    q = folder_sub.add_parser("sync", help="write this memory's records to DIR and read everyone else's")
+    q = folder_sub.add_parser("sync", parents=[common],
+                              help="write this memory's records to DIR and read everyone else's")
     q.add_argument("dir", metavar="DIR")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_folder_sync)
 
-    p = sub.add_parser("commons", help="the HTTP commons transport")
+    p = sub.add_parser("commons", parents=[common], help="the HTTP commons transport")
     commons_sub = p.add_subparsers(dest="commons_command", required=True, metavar="ACTION")
     for action, text in (("push", "put this memory's signed records on the commons"),
                          ("pull", "read what changed on the commons through the receive function")):
-        q = commons_sub.add_parser(action, help=text)
+        q = commons_sub.add_parser(action, parents=[common], help=text)
         q.add_argument("url", metavar="URL", help="the commons, like https://commons.example.org")
         q.add_argument("--token-file", metavar="FILE", help="a file holding the bearer token")
         q.add_argument("--json", action="store_true")
         q.set_defaults(func=cmd_commons)
 
-    p = sub.add_parser("show", help="a lesson with its state, publishers, supporters and records")
+    p = sub.add_parser("show", parents=[common], help="a lesson with its state, publishers, supporters and records")
     p.add_argument("hash", metavar="HASH", help="the lesson's hash (at least 6 hex digits)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("revoke", help="withdraw a lesson this memory published")
+    p = sub.add_parser("revoke", parents=[common], help="withdraw a lesson this memory published")
     p.add_argument("hash", metavar="HASH")
+    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_revoke)
 
-    p = sub.add_parser("peer", help="the peers this memory gossips with")
+    p = sub.add_parser("peer", parents=[common], help="the peers this memory gossips with")
     peer_sub = p.add_subparsers(dest="peer_command", required=True, metavar="ACTION")
-    q = peer_sub.add_parser("add", help="add a peer by URL, like http://192.0.2.7:7428")
+    q = peer_sub.add_parser("add", parents=[common], help="add a peer by URL, like http://192.0.2.7:7428")
     q.add_argument("url", metavar="URL")
     q.set_defaults(func=cmd_peer_add)
-    q = peer_sub.add_parser("remove", help="forget an address, or a peer (by origin) and all its addresses")
+    q = peer_sub.add_parser("remove", parents=[common],
+                            help="forget an address, or a peer (by origin) and all its addresses")
     q.add_argument("peer", metavar="URL|ORIGIN")
     q.set_defaults(func=cmd_peer_remove)
-    q = peer_sub.add_parser("list", help="the peers, their addresses, scores and back-offs")
+    q = peer_sub.add_parser("list", parents=[common], help="the peers, their addresses, scores and back-offs")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_peer_list)
 
-    p = sub.add_parser("gossip", help="one gossip round now (through the daemon when it runs)")
+    p = sub.add_parser("gossip", parents=[common], help="one gossip round now (through the daemon when it runs)")
     p.add_argument("--peer", metavar="URL", help="exchange with this address only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gossip)
 
-    p = sub.add_parser("status", help="this memory at a glance, with refusals by reason and source")
+    p = sub.add_parser("status", parents=[common], help="this memory at a glance, with refusals by reason and source")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
     return parser
@@ -204,12 +214,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
+        return status
     except UsageError as exc:
         print(f"neverestctl: {exc}", file=sys.stderr)
         return 2
-    except (IdentityError, StoreError, ConfigError) as exc:
+    except (IdentityError, StoreError, ConfigError, CommandFailed) as exc:
         print(f"neverestctl: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`neverestctl lessons | head`): say so once, and keep Python
+        # from failing again when it flushes standard output at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        print("neverestctl: the output was closed before it was all written", file=sys.stderr)
         return 1
 
 

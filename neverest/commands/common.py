@@ -1,11 +1,20 @@
-"""What every neverestctl command shares: the usage error and the memory opened with its config and clock."""
+"""What every neverestctl command shares: its errors (and their exit statuses), the memory
+opened here, and the running daemon asked instead when there is one.
+
+Exit statuses, one rule for every command: 0 success; 1 the command ran and failed (a
+refused record, an unreachable peer, a locked store, a daemon that failed); 2 a usage
+error (a bad flag, a missing home, an argument that cannot be right).
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 from neverest.clock import clock_from_env
 from neverest.config import load_config
+from neverest.control import ControlError, ask
 from neverest.memory.service import Memory
 from neverest.paths import resolve_home
 
@@ -14,12 +23,33 @@ class UsageError(Exception):
     """The user asked for something that cannot be done as asked (exit status 2)."""
 
 
+class CommandFailed(Exception):
+    """The command ran and failed (exit status 1); the message says what happened."""
+
+
+def home_of(args: argparse.Namespace) -> Path:
+    return resolve_home(args.home)
+
+
 def open_memory(args: argparse.Namespace) -> Memory:
-    home = resolve_home(args.home)
+    home = home_of(args)
     try:
         clock = clock_from_env()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return Memory(home, load_config(home), clock)
+    return Memory.open(home, load_config(home), clock)
 
 
+def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = 600.0
+                   ) -> dict[str, Any] | None:
+    """The running daemon's answer to ``request``, or None when no daemon runs for this home.
+
+    A writing command goes through the daemon when there is one: it is the one writer of
+    the home, and it shares what changed at once.
+    """
+    try:
+        return ask(home_of(args), request, timeout_s=timeout_s)
+    except ControlError as exc:
+        if "no daemon" in str(exc):
+            return None
+        raise CommandFailed(f"the daemon: {exc}") from None

@@ -1,73 +1,118 @@
-"""neverestctl commands of the local memory: remember, sleep, lessons, recall."""
+"""neverestctl commands of the local memory: remember, sleep, lessons, recall.
+
+``remember`` and ``sleep`` go through the running daemon when there is one (see
+``common.through_daemon``); without one they work on the store here.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from neverest.commands.common import UsageError, open_memory
+from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
 from neverest.memory import holdings
-from neverest.memory.events import ingest, ingest_lines
-from neverest.memory.inbox import drain_inbox
 from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
 from neverest.memory.states import trust_filter, verdict
+from neverest.transports.adapters import configured
 
 EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "agent", "session", "cwd", "at")
 
 
-def cmd_remember(args: argparse.Namespace) -> int:
+def _remember_file(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    answer = through_daemon(args, {"op": "remember", "path": str(path.resolve())})
+    if answer is not None:
+        return dict(answer["result"])
     with open_memory(args) as memory:
-        now = memory.clock.now()
-        if args.events is not None:
-            if args.kind is not None:
-                raise UsageError("give either --events or an event's fields, not both")
-            if args.events == "-":
-                result = ingest_lines(memory.store, sys.stdin.buffer, now=now)
-            else:
-                try:
-                    with open(args.events, "rb") as stream:
-                        result = ingest_lines(memory.store, stream, now=now)
-                except OSError as exc:
-                    raise UsageError(f"cannot read {args.events}: {exc.strerror}") from None
+        try:
+            with path.open("rb") as stream:
+                return memory.ingest_lines(stream).to_json()
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _remember_stdin(args: argparse.Namespace) -> dict[str, Any]:
+    # The daemon reads a file, not our standard input: spool it to a private file in the home first.
+    home = home_of(args)
+    if home.is_dir():
+        fd, name = tempfile.mkstemp(prefix=".remember-", suffix=".jsonl", dir=home)
+        try:
+            with os.fdopen(fd, "wb") as spool:
+                while chunk := sys.stdin.buffer.read(1 << 20):
+                    spool.write(chunk)
+            return _remember_file(args, Path(name))
+        finally:
+            os.unlink(name)
+    with open_memory(args) as memory:
+        return memory.ingest_lines(sys.stdin.buffer).to_json()
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    if args.events is not None:
+        if args.kind is not None:
+            raise UsageError("give either --events or an event's fields, not both")
+        if args.events == "-":
+            result = _remember_stdin(args)
         else:
-            if args.kind is None:
-                raise UsageError("give --kind and the event's fields, or --events FILE|-")
-            event = {"kind": args.kind} | {f: getattr(args, f) for f in EVENT_FIELDS if getattr(args, f) is not None}
-            if "cwd" not in event:
-                event["cwd"] = str(Path.cwd())
-            result = ingest(memory.store, [event], now=now)
-    if args.json:
-        print(json.dumps(result.to_json()))
+            if not Path(args.events).is_file():
+                raise UsageError(f"cannot read {args.events}: no such file")
+            result = _remember_file(args, Path(args.events))
     else:
-        print(f"stored {result.stored}, already known {result.duplicates}, refused {len(result.refused)}")
-        for where, reason in result.refused:
-            print(f"  refused {where}: {reason}", file=sys.stderr)
-    return 1 if result.refused else 0
+        if args.kind is None:
+            raise UsageError("give --kind and the event's fields, or --events FILE|-")
+        event = {"kind": args.kind} | {f: getattr(args, f) for f in EVENT_FIELDS if getattr(args, f) is not None}
+        if "cwd" not in event:
+            event["cwd"] = str(Path.cwd())
+        answer = through_daemon(args, {"op": "remember", "events": [event]})
+        if answer is not None:
+            result = answer["result"]
+        else:
+            with open_memory(args) as memory:
+                result = memory.ingest([event]).to_json()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"stored {result['stored']}, already known {result['duplicates']}, refused {len(result['refused'])}")
+        for item in result["refused"]:
+            print(f"  refused {item['position']}: {item['reason']}", file=sys.stderr)
+    return 1 if result["refused"] else 0
 
 
 def cmd_sleep(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        inbox = drain_inbox(memory.store, memory.home, now=memory.clock.now())
-        report = memory.sleep()
+    answer = through_daemon(args, {"op": "sleep"})
+    if answer is not None:
+        report = answer["report"]
+    else:
+        with open_memory(args) as memory:
+            report = memory.night(configured(memory.config))
     if args.json:
-        print(json.dumps(report.to_json() | {"inbox": inbox.to_json()}, ensure_ascii=False))
+        print(json.dumps(report, ensure_ascii=False))
         return 0
-    print(f"sleep at {report.started} in space {report.space}")
-    print(f"  inbox      {inbox.stored} new event(s), {len(inbox.refused)} refused")
-    print(f"  embed      {report.embedded} vector(s)")
-    print(f"  decay      {report.decay_days} day(s); archived {report.archived_episodes} episode(s), "
-          f"{report.archived_lessons} lesson(s)")
-    print(f"  lessons    {report.considered} episode(s) considered: {len(report.learned)} new lesson(s), "
-          f"{report.joined} joined, {report.waiting} waiting for a repeat")
-    for item in report.learned:
+    inbox = report["inbox"]
+    print(f"sleep at {report['started']} in space {report['space']}" + (" (by the daemon)" if answer else ""))
+    print(f"  inbox      {inbox['stored']} new event(s), {len(inbox['refused'])} refused")
+    print(f"  embed      {report['embedded']} vector(s)")
+    print(f"  decay      {report['decay_days']} day(s); archived {report['archived_episodes']} episode(s), "
+          f"{report['archived_lessons']} lesson(s)")
+    print(f"  lessons    {report['considered']} episode(s) considered: {len(report['learned'])} new lesson(s), "
+          f"{report['joined']} joined, {report['waiting']} waiting for a repeat")
+    for item in report["learned"]:
         print(f"               + [{item['kind']}] {item['text']}")
-    print(f"  merge      {len(report.merged)} lesson(s) merged into themes")
-    print(f"  verify     {len(report.confirmed)} prediction(s) confirmed, {len(report.failed)} failed")
-    print(f"  predict    {report.predicted} new prediction(s)")
+    print(f"  merge      {len(report['merged'])} lesson(s) merged into themes")
+    print(f"  verify     {len(report['confirmed'])} prediction(s) confirmed, {len(report['failed'])} failed")
+    print(f"  predict    {report['predicted']} new prediction(s)")
+    print(f"  signed     {report['signed_lessons']} lesson record(s), {report['signed_confirmations']} confirmation(s)")
+    for name in ("folder", "commons"):
+        if name in report:
+            print(f"  {name:<10} " + (f"error: {report[name]['error']}" if "error" in report[name] else "synced"))
+    if answer is not None:
+        print(f"  gossip     {len(answer['round'])} peer(s) told")
     return 0
 
 
@@ -88,6 +133,9 @@ def cmd_lessons(args: argparse.Namespace) -> int:
         origin = memory.identity.origin
         rows = lesson_rows(memory.store, kind=args.kind, include_archived=args.all)
         counts = trust_filter(memory.store.db, memory.config, origin)
+        if not rows and not args.json:
+            print("no lessons yet: they are learned at the next sleep from the events remembered "
+                  "(neverestctl sleep runs one now)")
         for row in rows:
             state, support = _state_of(memory, row, origin, counts)
             if args.json:
@@ -107,11 +155,11 @@ def cmd_recall(args: argparse.Namespace) -> int:
         raise UsageError("-k must be at least 1")
     with open_memory(args) as memory:
         hits = memory.recall(args.query, k=args.k)
+    if not hits and not args.json:
+        print("nothing this memory holds bears on that")
     for hit in hits:
         if args.json:
             print(json.dumps(hit.to_json(), ensure_ascii=False))
         else:
             print(f"{hit.score:.3f}  {hit.type:<7} {hit.kind:<11} {hit.text}")
     return 0
-
-

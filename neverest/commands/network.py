@@ -7,50 +7,35 @@ import json
 import sys
 from typing import Any
 
-from neverest.commands.common import UsageError, open_memory
-from neverest.control import ControlError, ask
-from neverest.memory import publish
-from neverest.paths import resolve_home
+from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
 from neverest.peers import table as peer_table
+from neverest.services.control import DAEMON_KEYS
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    home = resolve_home(args.home)
-    try:  # what only the daemon knows (uptime, last sleep...), when one runs
-        daemon: dict[str, Any] | None = ask(home, {"op": "status"}, timeout_s=10.0)["status"]
-    except ControlError:
-        daemon = None
-    with open_memory(args) as memory:
-        db = memory.store.db
-        last = db.execute("SELECT started FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
-        out: dict[str, Any] = {
-            "origin": memory.identity.origin,
-            "home": str(memory.home),
-            "episodes": db.execute("SELECT count(*) FROM episodes").fetchone()[0],
-            "lessons": db.execute("SELECT count(*) FROM lessons WHERE archived = 0").fetchone()[0],
-            "records": db.execute("SELECT count(*) FROM records").fetchone()[0],
-            "forks": db.execute("SELECT count(*) FROM forks").fetchone()[0],
-            "tombstones": db.execute("SELECT count(*) FROM tombstones").fetchone()[0],
-            "last_sleep": last[0] if last else None,
-            "published_projects": [p for p, _ in publish.projects(memory.store)],
-            "refused": [{"source": s, "reason": r, "count": n, "last": t} for s, r, n, t in db.execute(
-                "SELECT source, reason, count, last FROM refusals ORDER BY source, reason")],
-        }
-    out["daemon"] = daemon
+    answer = through_daemon(args, {"op": "status"}, timeout_s=10.0)
+    if answer is not None:
+        status = answer["status"]
+        out: dict[str, Any] = {k: v for k, v in status.items() if k not in DAEMON_KEYS}
+        out["daemon"] = {k: status.get(k) for k in DAEMON_KEYS}
+    else:
+        with open_memory(args) as memory:
+            out = memory.status() | {"daemon": None}
     if args.json:
         print(json.dumps(out))
         return 0
+    daemon = out["daemon"]
     if daemon is None:
         print(f"{'daemon':<12} not running")
     else:
-        print(f"{'daemon':<12} up {daemon['uptime_s']:.0f} s; last sleep {daemon['last_sleep'] or 'none yet'}; "
-              f"next {daemon['next_sleep']}")
+        print(f"{'daemon':<12} pid {daemon['pid']}, up {daemon['uptime_s']:.0f} s; next sleep {daemon['next_sleep']}")
         print(f"{'listening':<12} {', '.join(daemon['listen']) or '-'}")
         last_round = daemon["last_round"]
         print(f"{'peers':<12} {len(daemon['peers'])} address(es); last round "
               + (f"{last_round['at']} with {len(last_round['exchanges'])} peer(s)" if last_round else "none yet"))
-    for key in ("origin", "home", "episodes", "lessons", "records", "forks", "tombstones", "last_sleep"):
+    for key in ("origin", "home", "episodes", "lessons", "records", "forks", "tombstones"):
         print(f"{key:<12} {out[key]}")
+    print(f"{'last sleep':<12} {out['last_sleep'] or 'none yet'}")
     print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
     for item in out["refused"]:
         print(f"refused      {item['count']} x {item['reason']} from {item['source']}")
@@ -80,6 +65,8 @@ def cmd_peer_remove(args: argparse.Namespace) -> int:
 def cmd_peer_list(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         addresses = peer_table.listing(memory.store.db)
+    if not addresses and not args.json:
+        print("no peers yet: neverestctl peer add HOST:PORT, or let zeroconf find them on the LAN")
     for a in addresses:
         if args.json:
             print(json.dumps({"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen,
@@ -93,13 +80,9 @@ def cmd_peer_list(args: argparse.Namespace) -> int:
 
 
 def cmd_gossip(args: argparse.Namespace) -> int:
-    home = resolve_home(args.home)
-    try:  # through the daemon when it runs: it owns the replay cache and the schedule
-        results = ask(home, {"op": "gossip", "peer": args.peer})["round"]
-    except ControlError as exc:
-        if "no daemon" not in str(exc):
-            raise UsageError(str(exc)) from None
-        results = _gossip_here(args)
+    # Through the daemon when it runs: it owns the replay cache and the schedule.
+    answer = through_daemon(args, {"op": "gossip", "peer": args.peer})
+    results = answer["round"] if answer is not None else _gossip_here(args)
     if args.json:
         print(json.dumps({"round": results}))
     else:
@@ -121,7 +104,7 @@ def _gossip_here(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     from neverest.gossip.service import Gossip
     with open_memory(args) as memory:
-        identity, config, clock, home = memory.identity, memory.config, memory.clock, memory.home
+        identity, config, clock, home = memory.identity, memory.config, memory.clock, home_of(args)
 
     async def one_round() -> list[dict[str, Any]]:
         gossip = Gossip(home, config, clock, identity, random.SystemRandom())
@@ -130,8 +113,12 @@ def _gossip_here(args: argparse.Namespace) -> list[dict[str, Any]]:
         finally:
             gossip.close()
     try:
-        return trio.run(one_round)
+        results = trio.run(one_round)
     except peer_table.PeerError as exc:
         raise UsageError(str(exc)) from None
+    if any(r.get("records_received") for r in results):
+        with open_memory(args) as memory:
+            memory.settle()  # what arrived is judged and rendered, as the daemon does after a round
+    return results
 
 

@@ -4,54 +4,83 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from neverest.commands.common import UsageError, open_memory
-from neverest.memory import holdings, publish
+from neverest.commands.common import CommandFailed, UsageError, open_memory, through_daemon
+from neverest.memory import holdings
 from neverest.memory.render import lesson_rows
-from neverest.memory.service import Memory
-from neverest.memory.states import commons_pass, verdict
-from neverest.transports import commons_client, folder
+from neverest.memory.service import Memory, OwnerError
+from neverest.memory.states import verdict
+from neverest.transports import commons_client
+from neverest.transports.adapters import CommonsTransport, FolderTransport
+
+T = TypeVar("T")
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        now = memory.clock.now()
-        project = publish.opt_in(memory.store, args.project, corrections=args.corrections, now=now)
-        signed = publish.publish(memory.store, memory.identity, now)
+    project = Path(args.project).expanduser()
+    if not project.is_dir():
+        raise UsageError(f"{args.project} is not a folder: give the project folder whose lessons may be shared")
+    project_path = str(project.resolve())
+    answer = through_daemon(args, {"op": "publish", "project": project_path, "corrections": args.corrections})
+    if answer is not None:
+        out = answer["result"]
+    else:
+        with open_memory(args) as memory:
+            out = _owner(lambda: memory.publish(project_path, corrections=args.corrections))
     if args.json:
-        print(json.dumps({"project": project, "corrections": args.corrections, "signed": len(signed)}))
+        print(json.dumps(out))
     else:
         what = "lessons, corrections included" if args.corrections else "lessons (corrections stay private)"
-        print(f"publishing {what} from {project}; {len(signed)} record(s) signed now")
+        print(f"publishing {what} from {out['project']}; {out['signed']} record(s) signed now"
+              + ("; the daemon shares them with its peers now" if answer is not None else ""))
     return 0
 
 
 def cmd_unpublish(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        removed = publish.opt_out(memory.store, args.project)
-    print(f"no longer publishing {args.project}" if removed else f"{args.project} was not published")
+    project_path = str(Path(args.project).expanduser().resolve())
+    answer = through_daemon(args, {"op": "unpublish", "project": project_path})
+    if answer is not None:
+        out = answer["result"]
+    else:
+        with open_memory(args) as memory:
+            out = memory.unpublish(project_path)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"no longer publishing {args.project}" if out["removed"] else f"{args.project} was not published")
     return 0
 
 
 def cmd_folder_sync(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        now = memory.clock.now()
-        publish.publish(memory.store, memory.identity, now)
-        result = folder.sync(memory.store, memory.identity, Path(args.dir), memory.config, now)
-        commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)
-        memory.render()
-    if args.json:
-        print(json.dumps(result.to_json()))
+    folder_path = str(Path(args.dir).expanduser().resolve())
+    answer = through_daemon(args, {"op": "folder_sync", "dir": folder_path})
+    if answer is not None:
+        out = answer["result"]
     else:
-        total = result.total()
-        print(f"wrote {result.written} record(s); read {len(result.files)} file(s): {total.accepted} new, "
-              f"{total.duplicates} already held, {sum(total.refused.values())} refused")
-        for reason, n in sorted(total.refused.items()):
+        with open_memory(args) as memory:
+            out = memory.sync(FolderTransport(Path(folder_path)))
+    if "error" in out:
+        raise CommandFailed(out["error"])
+    if args.json:
+        print(json.dumps(out))
+    else:
+        total = out["total"]
+        print(f"wrote {out['written']} record(s); read {len(out['files'])} file(s): {total['accepted']} new, "
+              f"{total['duplicates']} already held, {sum(total['refused'].values())} refused")
+        for reason, n in sorted(total["refused"].items()):
             print(f"  refused {n} x {reason}")
     return 0
+
+
+def _owner(fn: Callable[[], T]) -> T:
+    """Run an owner's write here; what the owner got wrong is a usage error."""
+    try:
+        return fn()
+    except OwnerError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _find(memory: Memory, prefix: str) -> str:
@@ -108,49 +137,53 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_revoke(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         target = _find(memory, args.hash)
-        mine = memory.store.db.execute(
-            "SELECT 1 FROM lessons WHERE hash = ? AND origin = '' UNION "
-            "SELECT 1 FROM records WHERE target = ? AND origin = ? AND type = 'lesson'",
-            (target, target, memory.identity.origin)).fetchone()
-        if mine is None:
-            raise UsageError(f"{target} is not a lesson of this memory; only its origin can revoke it")
-        now = memory.clock.now()
-        record = publish.revoke(memory.store, memory.identity, target, now)
-        commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)
-        memory.render()
-    print(f"revoked {target} (seq {record.seq})")
+    answer = through_daemon(args, {"op": "revoke", "hash": target})
+    if answer is not None:
+        out = answer["result"]
+    else:
+        with open_memory(args) as memory:
+            record = _owner(lambda: memory.revoke(target))
+        out = {"hash": target, "seq": record.seq}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"revoked {target} (seq {out['seq']})")
     return 0
 
 
 def cmd_commons(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        token_file = args.token_file or memory.config.commons_token_file
-        if not token_file:
-            raise UsageError("give --token-file FILE (or set commons_token_file in config.toml)")
-        try:
-            token = commons_client.read_token(token_file)
-            if args.commons_command == "push":
-                publish.publish(memory.store, memory.identity, memory.clock.now())
-                out = commons_client.push(memory.store, memory.identity, args.url, token)
-            else:
-                now = memory.clock.now()
-                out = commons_client.pull(memory.store, memory.identity, args.url, token, memory.config,
-                                          now).to_json()
-                commons_pass(memory.store, now=now, config=memory.config, own_origin=memory.identity.origin)
-                memory.render()
-        except commons_client.CommonsError as exc:
-            print(f"neverestctl: {exc}", file=sys.stderr)
-            return 1
-    if args.json:
-        print(json.dumps(out))
-    elif args.commons_command == "push":
-        print(f"pushed {out['records']} record(s), {out['bytes']} bytes" +
-              (f"; note: {out['conflict']}" if out["conflict"] else ""))
+    token_file = args.token_file
+    if not token_file:
+        with open_memory(args) as memory:
+            token_file = memory.config.commons_token_file
+    if not token_file:
+        raise UsageError("give --token-file FILE (or set commons_token_file in config.toml)")
+    token_path = str(Path(token_file).expanduser().resolve())
+    answer = through_daemon(args, {"op": "commons", "action": args.commons_command, "url": args.url,
+                                   "token_file": token_path})
+    if answer is not None:
+        out = answer["result"]
     else:
-        total = out["total"]
-        print(f"{out['index_requests']} index request(s), {out['file_requests']} file request(s): "
+        try:
+            token = commons_client.read_token(token_path)
+        except commons_client.CommonsError as exc:
+            raise UsageError(str(exc)) from None
+        transport = CommonsTransport(args.url, token, push=args.commons_command == "push",
+                                     pull=args.commons_command == "pull")
+        with open_memory(args) as memory:
+            out = memory.sync(transport)
+    if "error" in out:
+        raise CommandFailed(out["error"])
+    if args.json:
+        print(json.dumps(out[args.commons_command]))
+    elif args.commons_command == "push":
+        pushed = out["push"]
+        print(f"pushed {pushed['records']} record(s), {pushed['bytes']} bytes" +
+              (f"; note: {pushed['conflict']}" if pushed["conflict"] else ""))
+    else:
+        pulled = out["pull"]
+        total = pulled["total"]
+        print(f"{pulled['index_requests']} index request(s), {pulled['file_requests']} file request(s): "
               f"{total['accepted']} new record(s), {total['duplicates']} already held, "
               f"{sum(total['refused'].values())} refused")
     return 0
-
-

@@ -1,38 +1,89 @@
-"""One memory on disk, opened with its configuration and clock: what commands and the daemon use.
+"""The memory service: the one place that owns the order of the application's steps.
 
-This is where the parts meet: the store, the embedder chosen by the
-configuration (a local model when one answers, else the hashed space), the
-optional writing model, the sleep passes and the render that follows them.
+The daemon (over its control socket and its schedules), ``neverestctl`` (when no
+daemon runs) and the simulator all call these methods; none of them re-spells a
+sequence.  The sequences are:
+
+- **ingest**: events (or JSON Lines of events, or the inbox file) become episodes,
+  committed before the call returns.
+- **night**: drain the inbox; the sleep passes; confirmations of received lessons
+  that came true here; this memory's changed lessons signed; then every configured
+  transport synced; then the commons states judged and the renders written, so what
+  the night received is in ``lessons.md`` the same morning.
+- **sync**: through one transport (a shared folder, an HTTP commons): sign what is
+  pending, move records both ways through the one receive function, judge, render.
+- **settle**: judge and render after records arrived by another path (gossip).
+- **publish / unpublish / revoke / forget**: the owner's writes, each followed by
+  what it changes downstream (signing, judging, rendering).
+
+A ``Memory`` works on an open ``Store`` (a file for the daemon and the CLI, ``:memory:``
+in the simulator) with an identity, the configuration and an injected clock.  A home
+folder is optional: without one there is no inbox and nothing is rendered.
 """
 
 from __future__ import annotations
 
-import functools
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
-from neverest.clock import Clock
+from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
-from neverest.memory import publish
+from neverest.memory import publish as publishing
 from neverest.memory.embed import Embedder, load_embedder
+from neverest.memory.events import IngestResult, ingest, ingest_lines
+from neverest.memory.inbox import drain_inbox
 from neverest.memory.model import Endpoint, Writer
 from neverest.memory.recall import Hit, recall
 from neverest.memory.render import render
-from neverest.memory.sleep import SleepReport, sleep
+from neverest.memory.sleep import sleep
 from neverest.memory.states import commons_pass
 from neverest.memory.store import Store, open_store
+from neverest.records import Record
+
+
+class Transport(Protocol):
+    """A way records move that a memory syncs through (a shared folder, an HTTP commons).
+
+    ``exchange`` writes what this memory publishes and reads what the others published
+    through the receive function; it does not judge or render: the service does.  It
+    returns a JSON-able report.  Transport failures are reported in it, not raised,
+    so one unreachable commons never stops a night.
+    """
+
+    name: str
+
+    def exchange(self, store: Store, identity: Identity, config: Config, now: datetime) -> dict[str, Any]: ...
+
+
+class OwnerError(ValueError):
+    """The owner asked for something this memory cannot do as asked (exit status 2 in the CLI)."""
 
 
 @dataclass
 class Memory:
-    home: Path
+    store: Store
+    identity: Identity
     config: Config
     clock: Clock
-    store: Store = field(init=False)
+    home: Path | None = None
+    # The embedder, when the caller keeps one across memories (the daemon's worker); else made on first use.
+    embedder_: Embedder | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        self.store = open_store(self.home, busy_timeout_s=self.config.busy_timeout_s)
+    @classmethod
+    def open(cls, home: Path, config: Config, clock: Clock, *, embedder: Embedder | None = None) -> Memory:
+        """The memory whose store and key live in ``home``."""
+        store = open_store(home, busy_timeout_s=config.busy_timeout_s)
+        try:
+            identity = load_or_create(home)
+        except BaseException:
+            store.close()
+            raise
+        return cls(store, identity, config, clock, home, embedder)
 
     def close(self) -> None:
         self.store.close()
@@ -43,8 +94,13 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- the models chosen by the configuration -------------------------------------------
+
+    @property
     def embedder(self) -> Embedder:
-        return load_embedder(self.config.embed_url or None, self.config.embed_model or None)
+        if self.embedder_ is None:
+            self.embedder_ = load_embedder(self.config.embed_url or None, self.config.embed_model or None)
+        return self.embedder_
 
     def writer(self) -> Writer | None:
         if not self.config.writer_url:
@@ -52,24 +108,106 @@ class Memory:
         return Writer(Endpoint(self.config.writer_url, self.config.writer_model,
                                read_timeout_s=self.config.model_timeout_s))
 
-    @functools.cached_property
-    def identity(self) -> Identity:
-        return load_or_create(self.home)
+    # -- ingest ------------------------------------------------------------------------------
 
-    def sleep(self) -> SleepReport:
-        """The night: the passes, then confirmations of received lessons that came true here,
-        this memory's changed lessons signed, the commons states judged, and the render."""
+    def ingest(self, events: Iterable[object]) -> IngestResult:
+        return ingest(self.store, events, now=self.clock.now())
+
+    def ingest_lines(self, stream: BinaryIO) -> IngestResult:
+        return ingest_lines(self.store, stream, now=self.clock.now())
+
+    def drain_inbox(self) -> IngestResult:
+        if self.home is None:
+            return IngestResult()
+        return drain_inbox(self.store, self.home, now=self.clock.now())
+
+    # -- the night ---------------------------------------------------------------------------
+
+    def night(self, transports: Sequence[Transport] = ()) -> dict[str, Any]:
+        """Inbox, sleep, confirm, sign, sync every transport, judge, render: one report."""
+        inbox = self.drain_inbox()
         now = self.clock.now()
-        report = sleep(self.store, now=now, embedder=self.embedder(), config=self.config, writer=self.writer())
+        report = sleep(self.store, now=now, embedder=self.embedder, config=self.config, writer=self.writer())
         received = [int(c["lesson"]) for c in report.confirmed]
-        report.signed_confirmations = len(publish.confirm_received(self.store, self.identity, received, now))
-        report.signed_lessons = len(publish.publish(self.store, self.identity, now))
-        commons_pass(self.store, now=now, config=self.config, own_origin=self.identity.origin)
+        report.signed_confirmations = len(publishing.confirm_received(self.store, self.identity, received, now))
+        report.signed_lessons = len(publishing.publish(self.store, self.identity, now))
+        out = report.to_json() | {"inbox": inbox.to_json()}
+        for transport in transports:
+            out[transport.name] = transport.exchange(self.store, self.identity, self.config, self.clock.now())
+        out["states"] = self.settle()
+        # The night's end, read from the clock once everything is done (``started`` is when it began).
+        out["finished"] = iso(self.clock.now())
+        return out
+
+    # -- records moving ----------------------------------------------------------------------
+
+    def sync(self, transport: Transport) -> dict[str, Any]:
+        """Sign what is pending, exchange through ``transport``, then judge and render."""
+        publishing.publish(self.store, self.identity, self.clock.now())
+        out = transport.exchange(self.store, self.identity, self.config, self.clock.now())
+        self.settle()
+        return out
+
+    def settle(self) -> dict[str, int]:
+        """Judge the commons states from the records held, then render what changed."""
+        states = commons_pass(self.store, now=self.clock.now(), config=self.config, own_origin=self.identity.origin)
         self.render()
-        return report
+        return states
 
     def render(self) -> None:
-        render(self.store, self.home, self.identity.origin)
+        if self.home is not None:
+            render(self.store, self.home, self.identity.origin)
+
+    # -- the owner's writes ------------------------------------------------------------------
+
+    def publish(self, project: str, *, corrections: bool) -> dict[str, Any]:
+        """Opt a project in (its folder must exist) and sign what it makes publishable now."""
+        path = Path(project).expanduser()
+        if not path.is_dir():
+            raise OwnerError(f"{project} is not a folder: give the project folder whose lessons may be shared")
+        now = self.clock.now()
+        name = publishing.opt_in(self.store, os.fspath(path), corrections=corrections, now=now)
+        signed = publishing.publish(self.store, self.identity, now)
+        self.settle()
+        return {"project": name, "corrections": corrections, "signed": len(signed)}
+
+    def unpublish(self, project: str) -> dict[str, Any]:
+        removed = publishing.opt_out(self.store, project)
+        return {"project": project, "removed": removed}
+
+    def revoke(self, target: str) -> Record:
+        if not _is_own(self.store, target, self.identity.origin):
+            raise OwnerError(f"{target} is not a lesson of this memory; only its origin can revoke it")
+        record = publishing.revoke(self.store, self.identity, target, self.clock.now())
+        self.settle()
+        return record
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What this memory holds, from its store (a daemon adds what only it knows)."""
+        db = self.store.db
+        last = db.execute("SELECT started FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
+        return {
+            "origin": self.identity.origin,
+            "home": str(self.home) if self.home else None,
+            "episodes": db.execute("SELECT count(*) FROM episodes").fetchone()[0],
+            "lessons": db.execute("SELECT count(*) FROM lessons WHERE archived = 0").fetchone()[0],
+            "records": db.execute("SELECT count(*) FROM records").fetchone()[0],
+            "forks": db.execute("SELECT count(*) FROM forks").fetchone()[0],
+            "tombstones": db.execute("SELECT count(*) FROM tombstones").fetchone()[0],
+            "last_sleep": last[0] if last else None,
+            "published_projects": [p for p, _ in publishing.projects(self.store)],
+            "refused": [{"source": s, "reason": r, "count": n, "last": t} for s, r, n, t in db.execute(
+                "SELECT source, reason, count, last FROM refusals ORDER BY source, reason")],
+        }
 
     def recall(self, query: str, k: int = 5) -> list[Hit]:
-        return recall(self.store, query, now=self.clock.now(), embedder=self.embedder(), k=k)
+        return recall(self.store, query, now=self.clock.now(), embedder=self.embedder, k=k)
+
+
+def _is_own(store: Store, target: str, origin: str) -> bool:
+    return store.db.execute(
+        "SELECT 1 FROM lessons WHERE hash = ? AND origin = '' UNION "
+        "SELECT 1 FROM records WHERE target = ? AND origin = ? AND type = 'lesson'",
+        (target, target, origin)).fetchone() is not None

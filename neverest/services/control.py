@@ -1,0 +1,161 @@
+"""The daemon's control operations: what ``neverestctl`` and local agents ask over the Unix socket.
+
+Every writing command of ``neverestctl`` comes here when a daemon runs, so that its
+change is made by the one writer of this home and shared at once (a gossip round is
+started after anything that changes what this memory publishes).  Each op calls the
+memory service; none re-spells a sequence.  A request's own mistakes raise
+``ValueError`` (answered as the client's fault, see ``neverest/control.py``).
+
+    {"op": "ping"}
+    {"op": "status"}
+    {"op": "remember", "events": [...]}   or   {"op": "remember", "path": "/abs/events.jsonl"}
+    {"op": "sleep"}                              the night now, then a round
+    {"op": "gossip", "peer": URL|null}
+    {"op": "publish", "project": PATH, "corrections": bool}
+    {"op": "unpublish", "project": PATH}
+    {"op": "revoke", "hash": HASH}               a full 32-hex hash
+    {"op": "folder_sync", "dir": PATH}
+    {"op": "commons", "action": "push"|"pull", "url": URL, "token_file": PATH}
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from neverest import __version__
+from neverest.clock import iso
+from neverest.control import serve as serve_socket
+from neverest.memory.service import Memory
+from neverest.peers import table as peer_table
+from neverest.services.gossip import GossipService
+from neverest.services.nightly import next_sleep, night
+from neverest.services.state import DaemonState
+from neverest.transports import commons_client
+from neverest.transports.adapters import CommonsTransport, FolderTransport
+
+log = logging.getLogger("neverestd.control")
+MAX_EVENTS: Final = 10_000
+# The keys of a status answer that only a running daemon knows.
+DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "peers", "last_round", "exchanges")
+_HASH = re.compile(r"[0-9a-f]{32}")
+
+
+def _str(request: dict[str, Any], name: str) -> str:
+    value = request.get(name)
+    if not isinstance(value, str) or not value or len(value) > 4096:
+        raise ValueError(f'"{name}" must be a non-empty string')
+    return value
+
+
+class ControlOps:
+    def __init__(self, state: DaemonState, gossip: GossipService, nursery: trio.Nursery) -> None:
+        self.state, self.gossip, self.nursery = state, gossip, nursery
+
+    def _share_now(self) -> None:
+        """What this memory publishes changed: tell the peers now, not at the next scheduled round."""
+        self.nursery.start_soon(self.gossip.round_quietly)
+
+    async def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        handler = getattr(self, f"op_{op}", None) if re.fullmatch(r"[a-z_]{1,32}", op) else None
+        if handler is None:
+            raise ValueError(f"unknown op {op!r}")
+        result: dict[str, Any] = await handler(request)
+        return result
+
+    async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    async def op_status(self, request: dict[str, Any]) -> dict[str, Any]:
+        held = await self.state.worker.read(lambda memory: memory.status())
+        peers = await self.state.worker.read(lambda memory: [
+            {"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen, "score": a.score,
+             "ignored_until": a.ignored_until} for a in peer_table.listing(memory.store.db)])
+        daemon = {  # what only a running daemon knows; the rest comes from the store (Memory.status)
+            "version": __version__, "pid": os.getpid(), "uptime_s": round(time.monotonic() - self.state.started, 1),
+            "next_sleep": iso(next_sleep(self.state.clock.now(), self.state.config)),
+            "listen": self.state.listening, "peers": peers, "last_round": self.state.last_round,
+            "exchanges": dict(self.state.exchanges),
+        }
+        return {"status": held | daemon}
+
+    async def op_remember(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "path" in request:
+            path = Path(_str(request, "path"))
+            if not path.is_absolute():
+                raise ValueError('"path" must be absolute (the daemon does not share the client\'s directory)')
+
+            def from_file(memory: Memory) -> dict[str, Any]:
+                try:
+                    with path.open("rb") as stream:
+                        return memory.ingest_lines(stream).to_json()
+                except OSError as exc:
+                    raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+            return {"result": await self.state.worker.write(from_file)}
+        events = request.get("events")
+        if not isinstance(events, list) or len(events) > MAX_EVENTS:
+            raise ValueError(f'"events" must be a list of at most {MAX_EVENTS} events')
+        return {"result": await self.state.worker.write(lambda memory: memory.ingest(events).to_json())}
+
+    async def op_sleep(self, request: dict[str, Any]) -> dict[str, Any]:
+        report = await night(self.state)
+        return {"report": report, "round": await self.gossip.round()}
+
+    async def op_gossip(self, request: dict[str, Any]) -> dict[str, Any]:
+        peer = request.get("peer")
+        if peer is not None and not isinstance(peer, str):
+            raise ValueError('"peer" must be a URL')
+        try:
+            return {"round": await self.gossip.round(only=peer)}
+        except peer_table.PeerError as exc:
+            raise ValueError(str(exc)) from None
+
+    async def op_publish(self, request: dict[str, Any]) -> dict[str, Any]:
+        project, corrections = _str(request, "project"), bool(request.get("corrections", False))
+        out = await self.state.worker.write(lambda memory: memory.publish(project, corrections=corrections))
+        self._share_now()
+        return {"result": out}
+
+    async def op_unpublish(self, request: dict[str, Any]) -> dict[str, Any]:
+        project = _str(request, "project")
+        return {"result": await self.state.worker.write(lambda memory: memory.unpublish(project))}
+
+    async def op_revoke(self, request: dict[str, Any]) -> dict[str, Any]:
+        target = _str(request, "hash")
+        if not _HASH.fullmatch(target):
+            raise ValueError('"hash" must be a full lesson hash (32 hex digits)')
+        record = await self.state.worker.write(lambda memory: memory.revoke(target))
+        self._share_now()
+        return {"result": {"hash": target, "seq": record.seq}}
+
+    async def op_folder_sync(self, request: dict[str, Any]) -> dict[str, Any]:
+        transport = FolderTransport(Path(_str(request, "dir")))
+        out = await self.state.worker.write(lambda memory: memory.sync(transport))
+        self._share_now()
+        return {"result": out}
+
+    async def op_commons(self, request: dict[str, Any]) -> dict[str, Any]:
+        action = request.get("action")
+        if action not in ("push", "pull"):
+            raise ValueError('"action" must be "push" or "pull"')
+        try:
+            token = commons_client.read_token(_str(request, "token_file"))
+        except commons_client.CommonsError as exc:
+            raise ValueError(str(exc)) from None
+        transport = CommonsTransport(_str(request, "url"), token, push=action == "push", pull=action == "pull")
+        out = await self.state.worker.write(lambda memory: memory.sync(transport))
+        if action == "pull":
+            self._share_now()
+        return {"result": out}
+
+
+async def serve_control(ops: ControlOps, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED) -> None:
+    """The control socket in the home (mode 0600), answering with ``ops``."""
+    await serve_socket(ops.state.home, ops.handle, ops.state.config.control_timeout_s, task_status=task_status)

@@ -1,0 +1,90 @@
+"""Gossip as a daemon service: the peer-facing HTTP listener and the rounds.
+
+- the listener (hypercorn, trio worker) serves ``POST /gossip/v1/exchange`` to peers,
+  and ``GET /healthz`` and ``GET /metrics`` for the owner's monitoring;
+- a round with ``fanout`` peers runs every ``gossip_every_s``, after every night, and
+  when the owner changes what is shared (``neverestctl publish``, ``revoke``...);
+- records received either way make the memory settle (judge, render) soon after.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+from typing import Any
+
+import trio
+
+from neverest.gossip import http as gossip_http
+from neverest.gossip.codec import MAX_MESSAGE_BYTES
+from neverest.gossip.service import Gossip
+from neverest.memory.store import StoreError
+from neverest.services.listen import ListenError, parse_listen
+from neverest.services.state import DaemonState
+
+log = logging.getLogger("neverestd.gossip")
+
+
+class GossipService:
+    def __init__(self, state: DaemonState, rng: random.Random) -> None:
+        self.state = state
+        self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng)
+
+    def close(self) -> None:
+        self.gossip.close()
+
+    async def respond(self, body: bytes, client: str) -> bytes:
+        answer = await self.gossip.respond(body, client)
+        self.state.count_exchange("answered")
+        self.state.settle_soon()
+        return answer
+
+    async def round(self, only: str | None = None) -> list[dict[str, Any]]:
+        """One round now (with ``only`` that address); what each exchange did."""
+        results = await self.gossip.round(fanout=self.state.config.fanout, only=only)
+        self.state.last_round = self.gossip.last_round
+        for result in results:
+            self.state.count_exchange("failed" if result.get("error") else "ok")
+        if any(result.get("records_received") for result in results):
+            self.state.settle_soon()
+        return results
+
+    async def round_quietly(self) -> None:
+        """A scheduled round: its failures are logged, never fatal."""
+        try:
+            await self.round()
+        except StoreError as exc:
+            log.warning("gossip: %s", exc)
+
+
+async def serve_listener(service: GossipService, app: Any, *,
+                         task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    """The peer-facing listener; reports the bound addresses.  A port that cannot be bound is one
+    clear error (``ListenError``), not a traceback."""
+    listen = service.state.config.listen
+    parse_listen(listen)
+    try:
+        await gossip_http.serve(app, listen, task_status=task_status)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"cannot listen on {listen}: the port is in use (another neverestd? "
+                              "choose another with --listen HOST:PORT)") from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise ListenError(f"cannot listen on {listen}: permission denied (ports below 1024 need privileges)"
+                              ) from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ListenError(f"cannot listen on {listen}: this machine has no such address") from None
+        raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+
+
+def make_app(service: GossipService) -> gossip_http.GossipApp:
+    return gossip_http.GossipApp(service.respond, max_body_bytes=MAX_MESSAGE_BYTES)
+
+
+async def serve_rounds(service: GossipService, *,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    task_status.started()
+    while True:
+        await trio.sleep(service.state.config.gossip_every_s)
+        await service.round_quietly()

@@ -1,0 +1,57 @@
+"""The nightly sleep: at ``sleep_at`` (the machine's local time) the memory's night runs,
+then a gossip round, so what the night learned and received moves at once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import trio
+
+from neverest.config import Config, sleep_time
+from neverest.memory.service import Memory
+from neverest.memory.store import StoreError
+from neverest.services.state import DaemonState
+from neverest.transports.adapters import configured
+
+log = logging.getLogger("neverestd.sleep")
+
+
+def next_sleep(now: datetime, config: Config) -> datetime:
+    """The next nightly sleep after ``now``, at ``sleep_at`` in the machine's local time."""
+    hour, minute = sleep_time(config)
+    local = now.astimezone()
+    at = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if at <= local:
+        at += timedelta(days=1)
+    return at
+
+
+async def night(state: DaemonState) -> dict[str, Any]:
+    """One night now: the memory service's night with the configured transports."""
+    transports = configured(state.config)
+
+    def run(memory: Memory) -> dict[str, Any]:
+        return memory.night(transports)
+
+    out = await state.worker.write(run)
+    state.last_night = out
+    return out
+
+
+async def serve_nightly(state: DaemonState, gossip_round: Callable[[], Awaitable[Any]], *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    task_status.started()
+    while True:
+        wait_s = (next_sleep(state.clock.now(), state.config) - state.clock.now()).total_seconds()
+        await trio.sleep(max(wait_s, 1.0))
+        try:
+            out = await night(state)
+            log.info("sleep: %d lesson(s) learned, %d confirmed, %d failed", len(out["learned"]),
+                     len(out["confirmed"]), len(out["failed"]))
+        except StoreError as exc:
+            log.warning("sleep: %s", exc)
+            continue
+        await gossip_round()  # a round ends every sleep

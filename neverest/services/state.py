@@ -1,0 +1,87 @@
+"""What the daemon's services share: the memory worker, the settle signal, what only a daemon knows."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from neverest.clock import Clock
+from neverest.config import Config
+from neverest.identity import Identity
+from neverest.memory.embed import Embedder, load_embedder
+from neverest.memory.service import Memory
+from neverest.memory.store import StoreError
+
+T = TypeVar("T")
+log = logging.getLogger("neverestd")
+
+
+class MemoryWorker:
+    """Runs memory-service calls off the event loop, in worker threads.
+
+    Each call opens the memory on a connection of its own (SQLite connections are not
+    shared between threads); writers take one lock, so two jobs of this daemon never
+    compete for the store's write lock, while readers run beside them (WAL).
+    """
+
+    def __init__(self, home: Path, config: Config, clock: Clock) -> None:
+        self.home, self.config, self.clock = home, config, clock
+        self._writing = trio.Lock()
+        # One embedder for the daemon's life: a model's client is not rebuilt for every job.
+        self._embedder: Embedder = load_embedder(config.embed_url or None, config.embed_model or None)
+
+    def _call(self, fn: Callable[[Memory], T]) -> T:
+        with Memory.open(self.home, self.config, self.clock, embedder=self._embedder) as memory:
+            return fn(memory)
+
+    async def write(self, fn: Callable[[Memory], T]) -> T:
+        async with self._writing:
+            return await trio.to_thread.run_sync(self._call, fn)
+
+    async def read(self, fn: Callable[[Memory], T]) -> T:
+        return await trio.to_thread.run_sync(self._call, fn)
+
+
+@dataclass
+class DaemonState:
+    home: Path
+    config: Config
+    clock: Clock
+    identity: Identity
+    worker: MemoryWorker
+    started: float = field(default_factory=time.monotonic)
+    listening: list[str] = field(default_factory=list)
+    last_round: dict[str, Any] | None = None
+    last_night: dict[str, Any] | None = None
+    exchanges: dict[str, int] = field(default_factory=dict)  # outcome -> count, for /metrics
+    _settle: trio.Event = field(default_factory=trio.Event)
+
+    def settle_soon(self) -> None:
+        """Records arrived: judge and render soon (many arrivals in a burst settle once)."""
+        self._settle.set()
+
+    async def wait_settle(self) -> None:
+        await self._settle.wait()
+        self._settle = trio.Event()
+
+    def count_exchange(self, outcome: str) -> None:
+        self.exchanges[outcome] = self.exchanges.get(outcome, 0) + 1
+
+
+async def serve_settle(state: DaemonState, *, debounce_s: float = 1.0,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Judge the commons states and render after records arrive by gossip, once per burst."""
+    task_status.started()
+    while True:
+        await state.wait_settle()
+        await trio.sleep(debounce_s)
+        try:
+            await state.worker.write(lambda memory: memory.settle())
+        except StoreError as exc:
+            log.warning("settle: %s; next arrival tries again", exc)
