@@ -38,7 +38,7 @@ from neverest.services.control import ControlOps, serve_control
 from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
 from neverest.services.gossip import GossipService, make_app, serve_listener, serve_rounds
 from neverest.services.inbox import serve_inbox
-from neverest.services.listen import ListenError, parse_listen
+from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.nightly import next_sleep, serve_nightly
 from neverest.services.state import DaemonState, MemoryWorker, serve_settle
 from neverest.serving import stop_on_signals
@@ -128,8 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     try:
         trio.run(run, home, config, clock, identity)
-    except (StoreError, ListenError) as exc:
-        log.error("%s", exc)
+    except (StoreError, ListenError, BaseExceptionGroup) as raised:
+        # A failure the owner can act on is one line; anything else is a bug and keeps its traceback.
+        known: Exception | None = first_of(raised, ListenError)
+        known = known or first_of(raised, StoreError)
+        if known is None:
+            raise
+        log.error("%s", known)
         return 1
     return 0
 

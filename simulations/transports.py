@@ -72,11 +72,13 @@ from typing import Any
 import httpx
 import trio
 
+from neverest.clock import FixedClock
 from neverest.config import Config
 from neverest.gossip.service import settings_of
-from neverest.memory.states import commons_pass
+from neverest.memory.service import Memory
 from neverest.serving import Receive, Send, serve_asgi
 from neverest.transports import commons_client
+from neverest.transports.adapters import CommonsTransport
 from neverest.transports.commons_server import CommonsApp
 from simulations import report
 from simulations.engine import Agent, Holders, Simulation, at, first_lesson, lesson_record, stream
@@ -366,12 +368,14 @@ def _tokens(n: int) -> list[str]:
     return [f"neverest-sim-agent-{i:06d}" for i in range(n)]
 
 
-def _sleep(agent: Agent, url: str, token: str, config: Config, t: float) -> commons_client.PullResult:
-    """What the daemon does with the commons after a sleep (``Daemon._commons``), at virtual time t."""
-    now = at(t)
-    commons_client.push(agent.store, agent.identity, url, token)
-    pulled = commons_client.pull(agent.store, agent.identity, url, token, config, now)
-    commons_pass(agent.store, now=now, config=config, own_origin=agent.origin)
+def _sleep(agent: Agent, url: str, token: str, config: Config, t: float) -> dict[str, Any] | None:
+    """What the daemon does with the commons after a sleep, at virtual time t: the memory
+    service's own sync (sign what is pending, push, pull, judge), on the agent's store."""
+    memory = Memory(agent.store, agent.identity, config, FixedClock(at(t)))
+    out = memory.sync(CommonsTransport(url, token))
+    if "error" in out:
+        return None  # the daemon logs it and carries on until the next sleep
+    pulled: dict[str, Any] = out["pull"]
     return pulled
 
 
@@ -439,17 +443,15 @@ def _commons_run(opts: Options, agents: list[Agent], url: str, tokens: list[str]
                 at_horizon = counting.tally.since(baseline)
                 if at_reach is None:
                     break
-            try:
-                pulled = _sleep(agents[i], url, tokens[i], config, t)
-            except commons_client.CommonsError:
-                errors += 1  # the daemon logs it and carries on until the next sleep
+            pulled = _sleep(agents[i], url, tokens[i], config, t)
+            bar.update(1)
+            if pulled is None:
+                errors += 1
                 continue
-            finally:
-                bar.update(1)
             if t >= horizon:
                 continue
             polls += 1
-            empty += sum(r.accepted for r in pulled.files.values()) == 0
+            empty += pulled["total"]["accepted"] == 0
             if not held[i] and agents[i].holds(author.origin, 1):
                 held[i] = True
                 curve.append((t, curve[-1][1] + 1))

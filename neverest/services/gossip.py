@@ -20,7 +20,7 @@ from neverest.gossip import http as gossip_http
 from neverest.gossip.codec import MAX_MESSAGE_BYTES
 from neverest.gossip.service import Gossip
 from neverest.memory.store import StoreError
-from neverest.services.listen import ListenError, parse_listen
+from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.state import DaemonState
 
 log = logging.getLogger("neverestd.gossip")
@@ -66,7 +66,10 @@ async def serve_listener(service: GossipService, app: Any, *,
     parse_listen(listen)
     try:
         await gossip_http.serve(app, listen, task_status=task_status)
-    except OSError as exc:
+    except (OSError, BaseExceptionGroup) as raised:
+        exc = first_of(raised, OSError)
+        if exc is None:
+            raise
         if exc.errno == errno.EADDRINUSE:
             raise ListenError(f"cannot listen on {listen}: the port is in use (another neverestd? "
                               "choose another with --listen HOST:PORT)") from None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
 
 
 class ListenError(ValueError):
@@ -25,3 +28,16 @@ def parse_listen(text: str) -> tuple[str, int]:
         except ValueError:
             raise ListenError(f"--listen {text!r}: {bare} is not an IPv6 address") from None
     return bare, int(port_text)
+
+
+def first_of(exc: BaseException, kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in ``exc``, looking inside exception groups (trio's
+    nurseries and hypercorn's wrap what their tasks raise)."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = first_of(inner, kind)
+            if found is not None:
+                return found
+    return None
