@@ -61,7 +61,7 @@ def test_bad_peers_are_refused_with_the_reason(tmp_path: Path, toml: str, messag
 def test_log_settings_are_checked_at_load(tmp_path: Path) -> None:
     assert load_config(tmp_path, {}).log_level == "info"
     assert load_config(tmp_path, {"NEVEREST_LOG_LEVEL": "DEBUG"}).log_level == "debug"
-    with pytest.raises(ConfigError, match="log_level: .*debug, info, warning, error"):
+    with pytest.raises(ConfigError, match=r"log_level: .*debug, info, warning, error"):
         load_config(tmp_path, {"NEVEREST_LOG_LEVEL": "loud"})
     config = load_config(tmp_path, {"NEVEREST_LOG_FILE": "neverestd.log"})
     assert log_file_path(config, tmp_path) == tmp_path / "neverestd.log"
@@ -79,6 +79,6 @@ def test_values_that_would_be_misread_are_refused(tmp_path: Path, env: dict[str,
     with pytest.raises(ConfigError, match=message):
         load_config(tmp_path, env)
     (tmp_path / "config.toml").write_text('listen = ["0.0.0.0:7428"]\n')
-    with pytest.raises(ConfigError, match="listen: .* is not a str"):
+    with pytest.raises(ConfigError, match=r"listen: .* is not a str"):
         load_config(tmp_path, {})
     assert load_config(tmp_path, {"NEVEREST_MDNS": "off"}, listen="127.0.0.1:0").mdns is False
