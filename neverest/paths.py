@@ -14,10 +14,10 @@ typo for another folder, and making it private would change the modes of files
 that are not ours.
 
 Everything in a home is private to its owner whatever mode the folder had before
-(its episodes are raw agent sessions): the folder is made 0700 and every file in
-it loses its group and other bits when it is opened, and the command-line tools
-run under umask 077 so that files SQLite creates later (``-wal``, ``-shm``) are
-born private.
+(its episodes are raw agent sessions): when a home is opened the folder is made 0700
+and everything in it loses its group and other bits, except the key, which
+``identity`` refuses instead; the command-line tools run under umask 077 so that
+files SQLite creates later (``-wal``, ``-shm``) are born private.
 """
 
 from __future__ import annotations
@@ -141,7 +141,9 @@ def secure_home(home: Path) -> list[Path]:
     """Make the home 0700 and take group and other bits off everything in it; returns what changed.
 
     Symbolic links are neither followed nor changed (what they point at is not ours).  The home
-    itself is closed first, so no other user can swap an entry for a link while we walk it.
+    itself is closed first, so no other user can swap an entry for a link while we walk it.  The key
+    is left as it is: a key others could read may have been copied, and its owner must hear of it
+    (``identity`` refuses it with the ``chmod`` to run), not have it silently fixed.
     """
     changed: list[Path] = []
     if _chmod_private(home, home.stat(), 0o700):
@@ -156,6 +158,8 @@ def secure_home(home: Path) -> list[Path]:
             continue
         for name in names:
             path = folder / name
+            if folder == home and name == KEY_FILE:
+                continue
             try:
                 st = path.lstat()
             except FileNotFoundError:

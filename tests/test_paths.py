@@ -86,7 +86,10 @@ def test_an_open_home_is_private_whatever_its_mode_before(tmp_path: Path) -> Non
     outside.touch()
     os.chmod(outside, 0o644)
     (home / "link").symlink_to(outside)
+    (home / "identity.key").touch()
+    os.chmod(home / "identity.key", 0o644)
     assert open_home(home, create=False) == home
+    assert mode(home / "identity.key") == 0o644  # left for identity to refuse: the owner must hear of it
     assert mode(home) == 0o700 and mode(home / "sub") == 0o700
     for name in ("memory.db", "inbox.jsonl", "lessons.md", "sub/f"):
         assert mode(home / name) == 0o600, name
