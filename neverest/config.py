@@ -97,6 +97,7 @@ class Config:
 _TRUE: Final = ("1", "true", "yes", "on")
 _FALSE: Final = ("0", "false", "no", "off", "")
 _KINDS: Final[dict[str, type]] = {"str": str, "float": float, "int": int, "bool": bool, "tuple[str, ...]": tuple}
+_WHAT: Final[dict[type, str]] = {str: "a string", float: "a number", int: "a whole number", bool: "true or false"}
 
 
 def _kind(name: str) -> type:
@@ -124,7 +125,7 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
                 return text in _TRUE
     except (TypeError, ValueError):
         pass
-    raise ConfigError(f"{name}: {value!r} is not a {'number' if kind is float else kind.__name__}")
+    raise ConfigError(f"{name}: {value!r} is not {_WHAT[kind]}")
 
 
 def _coerce_list(name: str, value: Any) -> tuple[str, ...]:

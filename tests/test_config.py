@@ -71,14 +71,14 @@ def test_log_settings_are_checked_at_load(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"NEVEREST_MDNS": "maybe"}, "mdns: 'maybe' is not a bool"),
+    ({"NEVEREST_MDNS": "maybe"}, "mdns: 'maybe' is not true or false"),
     ({"NEVEREST_GOSSIP_EVERY_S": "nan"}, "gossip_every_s: 'nan' is not a number"),
-    ({"NEVEREST_FANOUT": "3.5"}, "fanout: '3.5' is not a int"),
+    ({"NEVEREST_FANOUT": "3.5"}, "fanout: '3.5' is not a whole number"),
 ])
 def test_values_that_would_be_misread_are_refused(tmp_path: Path, env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(tmp_path, env)
     (tmp_path / "config.toml").write_text('listen = ["0.0.0.0:7428"]\n')
-    with pytest.raises(ConfigError, match=r"listen: .* is not a str"):
+    with pytest.raises(ConfigError, match=r"listen: .* is not a string"):
         load_config(tmp_path, {})
     assert load_config(tmp_path, {"NEVEREST_MDNS": "off"}, listen="127.0.0.1:0").mdns is False
