@@ -1,9 +1,11 @@
 """The one configuration object.
 
 Values come, in order of precedence, from command-line flags, then the
-environment (``NEVEREST_<FIELD>`` in upper case), then ``config.toml`` in the
-home, then the defaults below.  Every duration and size carries its unit in its
-name.  Commands map their flags onto these fields; they never repeat defaults.
+environment (``NEVEREST_<FIELD>`` in upper case; a list like ``peers`` is
+comma-separated there), then ``config.toml`` in the home, then the defaults
+below.  Every duration and size carries its unit in its name.  Commands map their
+flags onto these fields; they never repeat defaults.  ``docs/config.example.toml``
+lists every field with its default (a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
+from neverest.logs import parse_level
 from neverest.paths import CONFIG_FILE
 
 
@@ -25,7 +29,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Config:
-    # The store (DESIGN §6): how long a writer waits for another process's lock.
+    # The store: how long a writer waits for another process's lock.
     busy_timeout_s: float = 5.0
     # Optional local models behind OpenAI-compatible URLs (e.g. http://127.0.0.1:11434/v1).
     # Unset: the deterministic hashed embedding and the template sentences.
@@ -34,26 +38,27 @@ class Config:
     writer_url: str = ""
     writer_model: str = ""
     model_timeout_s: float = 30.0
-    # Sleep thresholds, from the original architecture (seeds/001, DESIGN §6).
+    # Sleep thresholds (README, "How a memory sleeps").
     decay_half_life_days: float = 45.0
     archive_below: float = 0.15
     prediction_window_days: float = 14.0
     predict_min_strength: float = 1.0
-    # Strength steps chosen here (the seeds leave them open; PROTOCOL.md §7 records them).
+    # Strength steps (PROTOCOL.md §7 records them).
     lesson_initial_strength: float = 1.0
     join_step: float = 0.5
     confirm_step: float = 0.5
     fail_step: float = 0.5
     strength_cap: float = 5.0
-    # Sharing (DESIGN §5).  Records signed further ahead of this clock are refused until it catches up.
+    # Sharing.  Records signed further ahead of this clock are refused until it catches up.
     future_tolerance_s: float = 600.0
     support_n: int = 3
     window_days: float = 90.0
     revoke_quorum: int = 3
-    # Which origins count as support: "any" (the protocol's default), "peers" (origins in the peer table),
-    # or "vouched" (origins whose claims this memory tested itself, none refuted: commons.vouched);
-    # origins in trust_allow count under every policy.
-    trust: str = "any"
+    # Which origins count as support: "vouched" (origins whose claims this memory tested itself, none
+    # refuted: commons.vouched), "peers" (origins in the peer table), or "any" (every origin: the
+    # simulations in the README show it making every false lesson common, so it is never the default and
+    # config_warnings flags it); origins in trust_allow count under every policy.
+    trust: str = "vouched"
     trust_allow: str = ""  # comma-separated origins
     vouch_min_verified: int = 2  # "vouched": lessons an origin supported that came true here
     vouch_min_resolved: int = 10  # "vouched": lessons this memory must have tested before it vouches for anyone
@@ -68,8 +73,10 @@ class Config:
     inbox_every_s: float = 2.0  # how often the inbox file is drained
     folder: str = ""  # a shared folder synced after every sleep ("" = none)
     control_timeout_s: float = 10.0  # how long a control-socket client may take to send its request
-    log_json: bool = False
-    # Gossip (DESIGN §4).  The peer-facing listener serves only POST /gossip/v1/exchange.
+    log_json: bool = False  # log JSON lines instead of readable ones
+    log_level: str = "info"  # debug, info, warning or error
+    log_file: str = ""  # append the log here (relative: to the home; reopened after logrotate); "" = stderr
+    # Gossip.  The peer-facing listener serves only POST /gossip/v1/exchange.
     listen: str = "0.0.0.0:7428"  # HOST:PORT
     gossip_every_s: float = 900.0  # a round every 15 minutes, and one after every sleep
     fanout: int = 3  # peers per round
@@ -78,6 +85,7 @@ class Config:
     # Discovery.  mdns_interfaces: comma-separated IPs to use for zeroconf, "" = all interfaces.
     mdns: bool = True
     mdns_interfaces: str = ""
+    peers: tuple[str, ...] = ()  # static peer URLs, always known: ["http://192.0.2.7:7428", ...]
     directory: str = ""  # a URL or a file listing peers ("" = none)
     directory_every_s: float = 300.0
     # The HTTP commons (PROTOCOL.md §14): pushed to and pulled from after every sleep when set.
@@ -86,24 +94,71 @@ class Config:
     commons_announce: str = ""  # this daemon's URL for peers, announced to the commons' directory ("" = don't)
 
 
+_TRUE: Final = ("1", "true", "yes", "on")
+_FALSE: Final = ("0", "false", "no", "off", "")
+_KINDS: Final[dict[str, type]] = {"str": str, "float": float, "int": int, "bool": bool, "tuple[str, ...]": tuple}
+_WHAT: Final[dict[type, str]] = {str: "a string", float: "a number", int: "a whole number", bool: "true or false"}
+
+
+def _kind(name: str) -> type:
+    field_type = next(f.type for f in fields(Config) if f.name == name)
+    return _KINDS[str(field_type)]
+
+
 def _coerce(name: str, kind: type, value: Any) -> Any:
+    if kind is tuple:
+        return _coerce_list(name, value)
     try:
         if kind is float and not isinstance(value, bool):
-            return float(value)
-        if kind is int and not isinstance(value, bool):
+            number = float(value)
+            if number == number and number not in (float("inf"), float("-inf")):
+                return number
+        elif kind is int and not isinstance(value, bool) and not isinstance(value, float):
             return int(value)
-        if kind is str:
+        elif kind is str and isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
-        if kind is bool:
+        elif kind is bool:
             if isinstance(value, bool):
                 return value
-            return str(value).lower() in ("1", "true", "yes", "on")
+            text = str(value).strip().lower()
+            if text in _TRUE or text in _FALSE:
+                return text in _TRUE
     except (TypeError, ValueError):
         pass
-    raise ConfigError(f"{name}: {value!r} is not a {kind.__name__}")
+    raise ConfigError(f"{name}: {value!r} is not {_WHAT[kind]}")
+
+
+def _coerce_list(name: str, value: Any) -> tuple[str, ...]:
+    """A list of strings from TOML (``["a", "b"]``), or a comma-separated string (environment, flags)."""
+    if isinstance(value, str):
+        items: list[Any] = value.split(",")
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise ConfigError(f"{name}: {value!r} is not a list of strings")
+    if not all(isinstance(item, str) for item in items):
+        raise ConfigError(f"{name}: {value!r} is not a list of strings")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _peer_url(url: str) -> str:
+    """``http://host:port`` from a peer address as written in the config (``host:port`` means http)."""
+    text = url if "://" in url else f"http://{url}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"peers: {url!r} has an invalid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"peers: {url!r} is not an http:// or https:// address with a host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ConfigError(f"peers: {url!r}: give only scheme, host and port, like http://192.0.2.7:7428")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
 TRUST_POLICIES: Final = ("any", "peers", "vouched")
+MAX_PEERS: Final = 1000  # a static list longer than this is a mistake, not a network
 
 
 def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path | None = None,
@@ -118,24 +173,53 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
             values.update(tomllib.loads(path.read_text(encoding="utf-8")))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
-    types = {f.name: (str if f.type == "str" else float if f.type == "float" else int if f.type == "int"
-                      else bool) for f in fields(Config)}
-    unknown = set(values) - set(types)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    names = [f.name for f in fields(Config)]
+    unknown = set(values) - set(names)
     if unknown:
         raise ConfigError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}")
-    for name in types:
+    for name in names:
         env_value = environ.get(f"NEVEREST_{name.upper()}")
         if env_value is not None:
             values[name] = env_value
+    unknown = {k for k, v in overrides.items() if v is not None} - set(names)
+    if unknown:
+        raise TypeError(f"load_config: no setting(s) {', '.join(sorted(unknown))}")
     values.update({k: v for k, v in overrides.items() if v is not None})
-    config = dataclasses.replace(Config(), **{k: _coerce(k, types[k], v) for k, v in values.items()})
+    config = dataclasses.replace(Config(), **{k: _coerce(k, _kind(k), v) for k, v in values.items()})
     if config.trust not in TRUST_POLICIES:
         raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")
     try:
         sleep_time(config)
     except ValueError:
         raise ConfigError(f"sleep_at: {config.sleep_at!r} is not a time of day like 03:00") from None
-    return config
+    try:
+        parse_level(config.log_level)
+    except ValueError as exc:
+        raise ConfigError(f"log_level: {exc}") from None
+    if len(config.peers) > MAX_PEERS:
+        raise ConfigError(f"peers: {len(config.peers)} addresses; at most {MAX_PEERS}")
+    peers = tuple(dict.fromkeys(_peer_url(url) for url in config.peers))
+    return dataclasses.replace(config, log_level=config.log_level.strip().lower(), peers=peers)
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What the owner should know about a configuration that loads but is unsafe; the daemon logs these at
+    start, and ``status`` and ``doctor`` show them."""
+    warnings = []
+    if config.trust == "any":
+        warnings.append('trust = "any": every origin counts as support, so a few keys made for the purpose can '
+                        'make a false lesson common here (the README\'s simulations: every false lesson became '
+                        'common); the default, "vouched", counts only origins whose lessons came true here')
+    return warnings
+
+
+def log_file_path(config: Config, home: Path) -> Path | None:
+    """The log file, a relative ``log_file`` being relative to the home; None for stderr."""
+    if not config.log_file:
+        return None
+    return home / Path(config.log_file).expanduser()
 
 
 def sleep_time(config: Config) -> tuple[int, int]:

@@ -51,9 +51,10 @@ def test_the_peers_policy_counts_only_known_origins(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     own = "f" * 16
     records = [lesson(0)] + [sign_confirm(KEYS[i], HASH, at=iso(NOW)).raw for i in (1, 2, 3)]
-    receive(store, records, source="t", own_origin=own, config=Config(), now=NOW)
-    assert verdict(store.db, HASH, now=NOW, config=Config(), own_origin=own).state == "common"
-    peers = dataclasses.replace(Config(), trust="peers")
+    everyone = Config(trust="any")  # the contrast: under "any" the three confirmations make it common
+    receive(store, records, source="t", own_origin=own, config=everyone, now=NOW)
+    assert verdict(store.db, HASH, now=NOW, config=everyone, own_origin=own).state == "common"
+    peers = dataclasses.replace(everyone, trust="peers")
     with store.write() as db:
         db.execute("INSERT INTO peers (origin, source) VALUES (?, 'manual')", (ORIGINS[1],))
     v = verdict(store.db, HASH, now=NOW, config=peers, own_origin=own)

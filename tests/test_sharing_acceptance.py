@@ -28,6 +28,9 @@ class Net:
         self.folder = tmp / "shared"
         self.project = tmp / "project"
         self.project.mkdir()
+        # The scenario shows the commons rule itself: three fresh memories' confirmations make a lesson
+        # common.  Under the default policy ("vouched") no origin has a track record here yet.
+        monkeypatch.setenv("NEVEREST_TRUST", "any")
 
     def at(self, when: str) -> None:
         self.monkeypatch.setenv("NEVEREST_NOW", when)

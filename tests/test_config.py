@@ -1,0 +1,84 @@
+"""The configuration: the safe trust default, static peers, log settings, and the example that lists every field."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from neverest.config import Config, ConfigError, config_warnings, load_config, log_file_path
+
+EXAMPLE = Path(__file__).parent.parent / "docs" / "config.example.toml"
+
+
+def test_the_example_lists_every_setting_with_its_default(tmp_path: Path) -> None:
+    written = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    assert sorted(written) == sorted(f.name for f in dataclasses.fields(Config))
+    assert load_config(tmp_path, {}, path=EXAMPLE) == Config()
+
+
+def test_the_default_trust_is_the_safest_policy_and_any_warns(tmp_path: Path) -> None:
+    config = load_config(tmp_path, {})
+    assert config.trust == "vouched" and config_warnings(config) == []
+    (tmp_path / "config.toml").write_text('trust = "any"\n')
+    chosen = load_config(tmp_path, {})
+    assert chosen.trust == "any"  # an explicit choice is honoured...
+    [warning] = config_warnings(chosen)  # ...and flagged
+    assert 'trust = "any"' in warning and "vouched" in warning
+    assert config_warnings(load_config(tmp_path, {"NEVEREST_TRUST": "peers"})) == []
+
+
+def test_static_peers_from_toml_environment_and_flags(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('peers = ["http://192.0.2.7:7428", "198.51.100.4:7428", '
+                                          '"https://[2001:db8::1]:7428/", "http://192.0.2.7:7428"]\n')
+    assert load_config(tmp_path, {}).peers == ("http://192.0.2.7:7428", "http://198.51.100.4:7428",
+                                               "https://[2001:db8::1]:7428")
+    env = {"NEVEREST_PEERS": "http://a.example:7428, b.example:7428,"}
+    assert load_config(tmp_path, env).peers == ("http://a.example:7428", "http://b.example:7428")
+    assert load_config(tmp_path, env, peers=["http://c.example:1"]).peers == ("http://c.example:1",)
+    assert load_config(tmp_path, {"NEVEREST_PEERS": ""}).peers == ()
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('peers = "http://a:1"\n', None),  # a string in TOML is read like the environment's list
+    ("peers = [1, 2]\n", "not a list of strings"),
+    ('peers = ["ftp://a:1"]\n', "not an http"),
+    ('peers = ["http://a:99999"]\n', "invalid port"),
+    ('peers = ["http://a:1/gossip"]\n', "only scheme, host and port"),
+    ("peers = {a = 1}\n", "not a list of strings"),
+])
+def test_bad_peers_are_refused_with_the_reason(tmp_path: Path, toml: str, message: str | None) -> None:
+    (tmp_path / "config.toml").write_text(toml)
+    if message is None:
+        assert load_config(tmp_path, {}).peers == ("http://a:1",)
+        return
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path, {})
+
+
+def test_log_settings_are_checked_at_load(tmp_path: Path) -> None:
+    assert load_config(tmp_path, {}).log_level == "info"
+    assert load_config(tmp_path, {"NEVEREST_LOG_LEVEL": "DEBUG"}).log_level == "debug"
+    with pytest.raises(ConfigError, match=r"log_level: .*debug, info, warning, error"):
+        load_config(tmp_path, {"NEVEREST_LOG_LEVEL": "loud"})
+    config = load_config(tmp_path, {"NEVEREST_LOG_FILE": "neverestd.log"})
+    assert log_file_path(config, tmp_path) == tmp_path / "neverestd.log"
+    assert log_file_path(load_config(tmp_path, {"NEVEREST_LOG_FILE": "/var/log/n.log"}), tmp_path) == \
+        Path("/var/log/n.log")
+    assert log_file_path(Config(), tmp_path) is None
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"NEVEREST_MDNS": "maybe"}, "mdns: 'maybe' is not true or false"),
+    ({"NEVEREST_GOSSIP_EVERY_S": "nan"}, "gossip_every_s: 'nan' is not a number"),
+    ({"NEVEREST_FANOUT": "3.5"}, "fanout: '3.5' is not a whole number"),
+])
+def test_values_that_would_be_misread_are_refused(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path, env)
+    (tmp_path / "config.toml").write_text('listen = ["0.0.0.0:7428"]\n')
+    with pytest.raises(ConfigError, match=r"listen: .* is not a string"):
+        load_config(tmp_path, {})
+    assert load_config(tmp_path, {"NEVEREST_MDNS": "off"}, listen="127.0.0.1:0").mdns is False
