@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from neverest import __version__
-from neverest.commands.common import CommandFailed, UsageError
+from neverest.commands.common import CommandFailed, UsageError, home_of
+from neverest.commands.doctor import add_parser as add_doctor_parser
 from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
 from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
 from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
@@ -25,13 +26,29 @@ from neverest.config import ConfigError
 from neverest.identity import IdentityError, load_or_create
 from neverest.lines import read_lines
 from neverest.memory.events import EVENT_KINDS
-from neverest.memory.store import StoreError
-from neverest.paths import resolve_home
+from neverest.memory.store import StoreError, open_store
+from neverest.paths import KEY_FILE, HomeError, find_home, use_private_umask
 from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse_many
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """A new memory (its folder, key and store), or an existing one checked and made private."""
+    try:
+        home = find_home(args.home, init=True)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
+    existed = (home / KEY_FILE).exists()
+    ident = load_or_create(home)
+    open_store(home).close()
+    if args.json:
+        print(json.dumps({"home": str(home), "origin": ident.origin, "new": not existed}))
+    else:
+        print(f"{'memory already at' if existed else 'new memory at'} {home}, origin {ident.origin}")
+    return 0
+
+
 def cmd_id(args: argparse.Namespace) -> int:
-    ident = load_or_create(resolve_home(args.home))
+    ident = load_or_create(home_of(args))
     if args.json:
         print(json.dumps({"origin": ident.origin, "key": ident.key, "key_file": str(ident.path)}))
     else:
@@ -102,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", default=argparse.SUPPRESS, help=home_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("init", parents=[common], help="make a new memory in --home (or check an existing one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("id", parents=[common], help="print this memory's origin and public key (made on first use)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
@@ -204,10 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", parents=[common], help="this memory at a glance, with refusals by reason and source")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+    add_doctor_parser(sub, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_private_umask()  # files made in the home (the store's -wal and -shm too) are born private
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

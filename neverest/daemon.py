@@ -18,22 +18,23 @@ socket file is removed, and the exit status is 0.
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import logging
 import random
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 import trio
 
 from neverest import __version__
 from neverest.clock import Clock, clock_from_env, iso
-from neverest.config import Config, ConfigError, load_config
+from neverest.config import Config, ConfigError, config_warnings, load_config, log_file_path
 from neverest.identity import Identity, IdentityError, load_or_create
+from neverest.lock import AlreadyRunning, DaemonLock
+from neverest.logs import setup_logging
 from neverest.memory.store import StoreError
-from neverest.paths import ensure_home, resolve_home
+from neverest.paths import HomeError, find_home, use_private_umask
 from neverest.services.control import ControlOps, serve_control
 from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
 from neverest.services.gossip import GossipService, make_app, serve_listener, serve_rounds
@@ -46,7 +47,7 @@ from neverest.serving import stop_on_signals
 log = logging.getLogger("neverestd")
 
 
-async def run(home: Path, config: Config, clock: Clock, identity: Identity, *,
+async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, lock: DaemonLock | None = None,
               task_status: trio.TaskStatus[DaemonState] = trio.TASK_STATUS_IGNORED) -> None:
     """The daemon until cancelled (or a signal)."""
     state = DaemonState(home, config, clock, identity, MemoryWorker(home, config, clock))
@@ -56,13 +57,15 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *,
             await nursery.start(stop_on_signals, nursery.cancel_scope, log)
             state.listening = await nursery.start(serve_listener, gossip, make_app(gossip))
             log.info("listening for peers on %s", ", ".join(state.listening))
+            if lock is not None:
+                lock.describe(f"listening on {', '.join(state.listening)}")
             path = await nursery.start(serve_control, ControlOps(state, gossip, nursery))
             log.info("control socket %s", path)
             await nursery.start(serve_settle, state)
             await nursery.start(serve_inbox, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             await nursery.start(serve_rounds, gossip)
-            await add_static_peers(state, tuple(getattr(config, "peers", ())))
+            await add_static_peers(state, config.peers)
             if config.directory:
                 await nursery.start(serve_directory, state)
             if config.mdns:
@@ -74,12 +77,6 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *,
             task_status.started(state)
     finally:
         gossip.close()
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps({"at": iso(datetime.fromtimestamp(record.created).astimezone()), "level": record.levelname,
-                           "logger": record.name, "message": record.getMessage()})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_private_umask()  # the store's -wal and -shm, the log file: born private
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["commons"]:  # `neverestd commons ...`: the HTTP commons server
         from neverest.transports.commons_server import main as commons_main
@@ -109,25 +107,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        home = ensure_home(resolve_home(args.home))
+        home = find_home(args.home)
         config = load_config(home, path=Path(args.config) if args.config else None, log_json=args.log_json,
-                             listen=args.listen, mdns=args.mdns,
+                             listen=args.listen, mdns=args.mdns, log_level=args.log_level, log_file=args.log_file,
                              mdns_interfaces=",".join(args.mdns_interface) if args.mdns_interface else None)
         parse_listen(config.listen)
         clock = clock_from_env()
-        identity = load_or_create(home)
-    except (ListenError, ValueError) as exc:
+    except (HomeError, ListenError, ValueError) as exc:
         print(f"neverestd: {exc}", file=sys.stderr)
         return 2
-    except (ConfigError, IdentityError, OSError) as exc:
+    except ConfigError as exc:
         print(f"neverestd: {exc}", file=sys.stderr)
         return 1
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if config.log_json else
-                         logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    lock = DaemonLock(home)
     try:
-        trio.run(run, home, config, clock, identity)
+        # Before anything binds or is written: a second daemon on this home must change nothing.
+        lock.acquire(about=f"starting, --listen {config.listen}")
+        identity = load_or_create(home)
+        setup_logging(level=config.log_level, json=config.log_json, file=log_file_path(config, home))
+    except (AlreadyRunning, IdentityError, ValueError, OSError) as exc:
+        lock.release()
+        print(f"neverestd: {exc}", file=sys.stderr)
+        return 1
+    for warning in config_warnings(config):
+        log.warning("%s", warning)
+    try:
+        trio.run(functools.partial(run, home, config, clock, identity, lock=lock))
     except (StoreError, ListenError, BaseExceptionGroup) as raised:
         # A failure the owner can act on is one line; anything else is a bug and keeps its traceback.
         known: Exception | None = first_of(raised, ListenError)
@@ -136,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         log.error("%s", known)
         return 1
+    finally:
+        lock.release()  # last: the control socket is gone by now
     return 0
 
 

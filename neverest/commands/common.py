@@ -16,7 +16,7 @@ from neverest.clock import clock_from_env
 from neverest.config import load_config
 from neverest.control import ControlError, ask
 from neverest.memory.service import Memory
-from neverest.paths import resolve_home
+from neverest.paths import HomeError, find_home
 
 
 class UsageError(Exception):
@@ -28,7 +28,11 @@ class CommandFailed(Exception):
 
 
 def home_of(args: argparse.Namespace) -> Path:
-    return resolve_home(args.home)
+    """The home named by the command, opened (only the default home is created on first use)."""
+    try:
+        return find_home(args.home)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def open_memory(args: argparse.Namespace) -> Memory:
