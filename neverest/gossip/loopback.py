@@ -10,7 +10,7 @@ hook may rewrite or drop a message in flight, which is how tests play a hostile 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -41,8 +41,10 @@ class Node:
     def origin(self) -> str:
         return self.identity.origin
 
-    def initiator(self, peer: str | None, *, now: datetime, rng: random.Random) -> Initiator:
-        return Initiator(self.view, self.identity.signing_key, peer, now=now, rng=rng, settings=self.settings)
+    def initiator(self, peer: str | None, *, now: datetime, rng: random.Random,
+                  share: Sequence[tuple[str, str | None]] = (), listen_port: int | None = None) -> Initiator:
+        return Initiator(self.view, self.identity.signing_key, peer, now=now, rng=rng, settings=self.settings,
+                         share=share, listen_port=listen_port)
 
     def close(self) -> None:
         self.store.close()
@@ -71,17 +73,20 @@ class Cluster:
         self.wire.append((sender, receiver, data))
         return data
 
-    def exchange(self, i: int, j: int, *, now: datetime, rng: random.Random, addressed: bool = True
-                 ) -> ExchangeResult:
-        """One exchange from node i to node j (addressed to j's origin, or to nobody in particular)."""
+    def exchange(self, i: int, j: int, *, now: datetime, rng: random.Random, addressed: bool = True,
+                 share: Sequence[tuple[str, str | None]] = (), respond_share: Sequence[tuple[str, str | None]] = (),
+                 listen_port: int | None = None) -> ExchangeResult:
+        """One exchange from node i to node j (addressed to j's origin, or to nobody in particular);
+        ``share`` and ``respond_share`` are the addresses each side tells the other about."""
         a, b = self.nodes[i], self.nodes[j]
-        initiator = a.initiator(b.origin if addressed else None, now=now, rng=rng)
+        initiator = a.initiator(b.origin if addressed else None, now=now, rng=rng, share=share,
+                                listen_port=listen_port)
 
         def post(request: bytes) -> bytes | None:
             carried = self._carry(a.origin, b.origin, request)
             if carried is None:
                 return None
-            reply = b.responder.respond(carried, now=now, rng=rng)
+            reply = b.responder.respond(carried, now=now, rng=rng, share=respond_share)
             self.replies.append(reply)
             return None if reply.data is None else self._carry(b.origin, a.origin, reply.data)
 
