@@ -25,6 +25,7 @@ from neverest.config import Config
 from neverest.gossip import http, peer_auth
 from neverest.gossip.codec import MAX_MESSAGE_BYTES, NONCE_BYTES, MessageType, decode, encode
 from neverest.gossip.core import Initiator
+from neverest.gossip.loopback import AppNetwork
 from neverest.gossip.service import Gossip
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
@@ -228,3 +229,34 @@ async def test_a_transport_failure_backs_off_without_blame_and_a_refusal_is_pena
     rows = a.peers()
     assert rows["http://down.test:7428"].score == 0 and rows["http://down.test:7428"].failures == 1
     assert rows["http://rude.test:7428"].score == -table.PENALTY["protocol"]
+
+
+# -- the same services without sockets: the simulator's network --------------------------------
+
+
+async def test_services_learn_peers_over_an_in_memory_network(tmp_path: Path) -> None:
+    network = AppNetwork()
+    nodes: list[Node] = []
+    for i, name in enumerate("abc"):
+        host = f"10.0.0.{i + 1}"
+        gossip = Gossip(tmp_path / name, Config(), FixedClock(NOW), Identity.from_seed(bytes([i + 1]) * 32),
+                        random.Random(i), transport=network.transport_for(host), listen_port=7428)
+        network.listen(f"http://{host}:7428", http.GossipApp(gossip.respond))
+        nodes.append(Node(gossip, f"http://{host}:7428"))
+    a, b, c = nodes
+    try:
+        a.add(b)
+        b.add(c)
+        await b.gossip.round(fanout=3)
+        await a.gossip.round(fanout=3)
+        assert a.peers()[c.url].source == f"peer:{b.origin}"
+        assert b.peers()[a.url].source == "inbound"  # from the host the request came from, at its port
+        await a.gossip.round(fanout=3)  # A meets C: the address learns its origin from C itself
+        assert a.peers()[c.url].origin == c.origin and a.peers()[c.url].score == table.SUCCESS
+        network.stop(c.url)  # C goes away: the network's fault, not C's
+        results = {r["url"]: r for r in await a.gossip.round(fanout=3)}
+        assert results[c.url]["error"]["who"] == "network" and results[c.url]["error"]["code"] == "unreachable"
+        assert a.peers()[c.url].failures == 1 and a.peers()[c.url].score == table.SUCCESS
+    finally:
+        for node in nodes:
+            await node.gossip.aclose()

@@ -1,10 +1,17 @@
-"""An in-memory network of real memories, for tests and simulations (h11's ConnectionPair).
+"""In-memory networks of real memories, for tests and simulations (h11's ConnectionPair).
 
-Each ``Node`` is a real store in its own folder with its own identity, view and
-responder; ``Cluster.exchange`` runs one exchange from one node to another by direct
-calls, through the same ``Initiator``/``Responder`` bytes the HTTP edge carries.  Every
-message crosses ``Cluster.wire`` (a list of (sender, receiver, bytes)), and a ``tamper``
-hook may rewrite or drop a message in flight, which is how tests play a hostile network.
+Two levels:
+
+- ``Cluster``: each ``Node`` is a real store in its own folder with its own identity, view
+  and responder; ``Cluster.exchange`` runs one exchange from one node to another by direct
+  calls, through the same ``Initiator``/``Responder`` bytes the HTTP edge carries.  Every
+  message crosses ``Cluster.wire`` (a list of (sender, receiver, bytes)), and a ``tamper``
+  hook may rewrite or drop a message in flight, which is how tests play a hostile network.
+- ``AppNetwork``: whole gossip services (``service.Gossip``, with their peer tables) talking
+  HTTP without sockets or threads: each listener is an ASGI app (``http.GossipApp``) at a
+  base URL, and each sender gets an ``httpx`` transport (``transport_for``) that hands its
+  requests to the app at the URL they name, from the sender's host.  A URL with no app
+  fails as a connection refused does.
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from neverest.config import Config
 from neverest.gossip.core import ExchangeResult, Initiator, Reply, Responder, Settings, drive
@@ -95,3 +105,36 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+AsgiApp = Callable[..., Any]
+
+
+class AppNetwork:
+    """ASGI apps by base URL (``http://host:port``), reached through ``transport_for``."""
+
+    def __init__(self) -> None:
+        self.apps: dict[str, AsgiApp] = {}
+
+    def listen(self, base_url: str, app: AsgiApp) -> None:
+        self.apps[base_url.rstrip("/")] = app
+
+    def stop(self, base_url: str) -> None:
+        self.apps.pop(base_url.rstrip("/"), None)
+
+    def transport_for(self, sender_host: str) -> httpx.AsyncBaseTransport:
+        """The transport of a sender whose requests come from ``sender_host``."""
+        return _Route(self, sender_host)
+
+
+class _Route(httpx.AsyncBaseTransport):
+    def __init__(self, network: AppNetwork, host: str) -> None:
+        self._network, self._host = network, host
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        app = self._network.apps.get(f"{url.scheme}://{url.netloc.decode('ascii')}")
+        if app is None:
+            raise httpx.ConnectError(f"nothing listens at {url.scheme}://{url.netloc.decode('ascii')}",
+                                     request=request)
+        return await httpx.ASGITransport(app, client=(self._host, 49152)).handle_async_request(request)
