@@ -80,7 +80,7 @@ from neverest.records import MAX_RECORD_BYTES
 VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 # 100 000 origins: two orders of magnitude above the networks this is built for
-# (DESIGN §4 benchmarks 10 000), while a full digest stays well under the message bound.
+# (the benchmarks measure 10 000), while a full digest stays well under the message bound.
 MAX_ORIGINS: Final = 100_000
 MAX_RECORDS: Final = 10_000
 MAX_ADDRESSES: Final = 16

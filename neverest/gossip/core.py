@@ -22,7 +22,7 @@ origin's history with a hole in it (the folder carries only current records, so 
 leave out superseded ones) is relayed by gossip up to the hole; peers get the rest from
 memories that hold it.
 
-**The exchange** (DESIGN §4), one HTTP POST per round trip::
+**The exchange** (PROTOCOL.md §11), one HTTP POST per round trip::
 
     initiator                                        responder
     SYNC {f: fingerprint, d: digest if ≤ 16 origins}  ──▶
