@@ -118,7 +118,10 @@ def test_this_memorys_own_address_is_marked_and_refused(tmp_path: Path) -> None:
         with pytest.raises(table.PeerError, match="own address"):
             table.add(db, "http://127.0.0.1:7004", source="manual", now=NOW)
         with pytest.raises(table.PeerError, match="own address"):
-            table.add(db, "http://127.0.0.1:7005", source="mdns", now=NOW, origin=me, own_origin=me)
+            table.add(db, "http://127.0.0.1:7005", source="manual", now=NOW, origin=me, own_origin=me)
+        # The directory and zeroconf list this memory among the others: not an error, and not added.
+        assert table.add(db, "http://127.0.0.1:7004", source="directory", now=NOW) == "http://127.0.0.1:7004"
+        table.add(db, "http://127.0.0.1:7005", source="mdns", now=NOW, origin=me, own_origin=me)
         assert table.learn(db, ["http://127.0.0.1:7004"], via="f" * 16, now=NOW).known == 1
         assert [x.source for x in table.listing(db)] == ["self"]
 

@@ -183,13 +183,17 @@ def add(db: sqlite3.Connection, url: str, *, source: str, now: datetime, origin:
         own_origin: str | None = None) -> str:
     """Add (or refresh) an address; returns its normal form.
 
-    Raises PeerError for an address that is not usable, or one known to be this memory's
-    own (marked by ``mark_self``, or whose origin is ``own_origin``).
+    Raises PeerError for an address that is not usable.  An address known to be this
+    memory's own (marked by ``mark_self``, or whose origin is ``own_origin``) is refused
+    too: with PeerError when a person gave it (``manual``); left as it is otherwise, since
+    the directory and zeroconf list this memory among the others, and that is no error.
     """
     if not _valid_source(source):
         raise PeerError(f"unknown peer source {source!r}")
     url = normalise_url(url)
     if (origin is not None and origin == own_origin) or _is_self(db, url, own_origin):
+        if source != "manual":
+            return url
         raise PeerError(f"{url} is this memory's own address")
     db.execute("INSERT INTO peer_addresses (url, origin, source, added) VALUES (?, ?, ?, ?) "
                "ON CONFLICT(url) DO UPDATE SET origin = COALESCE(excluded.origin, origin)",
