@@ -67,7 +67,7 @@ async def serve_and(home: Path, seed: bytes, work: Any) -> Any:
             nursery.cancel_scope.cancel()
         return result
     finally:
-        server.close()
+        await server.aclose()
 
 
 def in_sync_bytes(tmp: Path, origins: int) -> dict[str, int]:
@@ -85,19 +85,18 @@ def in_sync_bytes(tmp: Path, origins: int) -> dict[str, int]:
     async def work(url: str, clock: FixedClock) -> dict[str, int]:
         me = Gossip(tmp / f"a{origins}", Config(), clock, Identity.from_seed(b"\x21" * 32), random.Random(2))
         try:
-            async with http.client() as client:
-                client.event_hooks = {"request": [count], "response": [count_response]}
-                await me.exchange(client, url, None)  # first contact: learns the peer's origin
-                headers.clear()
-                result = await me.exchange(client, url, Identity.from_seed(b"\x22" * 32).origin)
+            me.http.event_hooks = {"request": [count], "response": [count_response]}
+            await me.exchange(url, None)  # first contact: learns the peer's origin
+            headers.clear()
+            result = await me.exchange(url, Identity.from_seed(b"\x22" * 32).origin)
         finally:
-            me.close()
+            await me.aclose()
         assert result.in_sync and result.round_trips == 1, result
         body = result.bytes_sent + result.bytes_received
         return {"origins": origins, "body_bytes": body, "header_bytes": sum(headers),
                 "total_bytes": body + sum(headers)}
 
-    return trio.run(serve_and, tmp / f"b{origins}", b"\x22" * 32, work)  # type: ignore[no-any-return]
+    return trio.run(serve_and, tmp / f"b{origins}", b"\x22" * 32, work)
 
 
 def pull_rate(tmp: Path, n: int) -> dict[str, float]:
@@ -113,17 +112,16 @@ def pull_rate(tmp: Path, n: int) -> dict[str, float]:
     async def work(url: str, clock: FixedClock) -> float:
         me = Gossip(tmp / "empty", Config(), clock, Identity.from_seed(b"\x23" * 32), random.Random(3))
         try:
-            async with http.client() as client:
-                start = time.perf_counter()
-                got = 0
-                for _ in range(1000):
-                    result = await me.exchange(client, url, None)
-                    got += result.applied.accepted
-                    if result.in_sync or result.error is not None:
-                        break
-                wall = time.perf_counter() - start
+            start = time.perf_counter()
+            got = 0
+            for _ in range(1000):
+                result = await me.exchange(url, None)
+                got += result.applied.accepted
+                if result.in_sync or result.error is not None:
+                    break
+            wall = time.perf_counter() - start
         finally:
-            me.close()
+            await me.aclose()
         assert got == len(recs), (got, len(recs))
         return got / wall
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from neverest.peers.directory import MAX_BYTES, DirectoryError, fetch, parse
@@ -70,3 +71,21 @@ def test_fetch_from_a_url_and_a_file(server: str, tmp_path: Path) -> None:
     assert fetch(str(path)).peers == [("http://127.0.0.1:7020", None)]
     with pytest.raises(DirectoryError, match="cannot read"):
         fetch(str(tmp_path / "nope.txt"))
+
+
+def test_fetch_through_an_injected_transport_says_who_failed() -> None:
+    def network(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "down.test":
+            raise httpx.ConnectError("connection refused")
+        if request.url.host == "broken.test":
+            return httpx.Response(503, content=b"maintenance")
+        return httpx.Response(200, content=b"http://192.0.2.7:7428\n192.0.2.8:7428\n")
+
+    transport = httpx.MockTransport(network)
+    listing = fetch("http://dir.test/peers", transport=transport)
+    # A directory is written by programs: a bare host:port there is skipped, not guessed at.
+    assert listing.peers == [("http://192.0.2.7:7428", None)] and listing.skipped == 1
+    with pytest.raises(DirectoryError, match=r"could not be read \(unreachable\)"):
+        fetch("http://down.test/peers", transport=transport)
+    with pytest.raises(DirectoryError, match="answered HTTP 503"):
+        fetch("http://broken.test/peers", transport=transport)

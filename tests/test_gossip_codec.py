@@ -62,6 +62,8 @@ def refused(data: bytes) -> ProtocolError:
 
 @pytest.mark.parametrize("body", [
     Sync(b"f" * 16), Sync(b"f" * 16, DIGEST), InSync(), DigestReply(DIGEST), DigestReply(DIGEST, RECORDS, True),
+    Sync(b"f" * 16, None, ("http://192.0.2.7:7428",) * 16, 7428), InSync(("http://[::1]:7428",)),
+    DigestReply(DIGEST, RECORDS, False, ("http://192.0.2.8:7428", "anything a peer says")),
     DigestReply(Digest(), ()), Push(RECORDS), Push((), DIGEST), Delta(RECORDS, True), Delta(()),
     Refused("stale", "clock off by 400 s"),
 ])
@@ -86,6 +88,21 @@ def test_unknown_keys_are_ignored() -> None:
     body = msgpack.packb({"f": b"f" * 16, "future": [1, 2, 3]}, use_bin_type=True)
     envelope = codec.decode(raw_message(body, later={"x": 1}))
     assert codec.decode_body(envelope.type, envelope.body) == Sync(b"f" * 16)
+
+
+def test_addresses_and_port_are_optional_and_leave_old_messages_byte_for_byte() -> None:
+    # What a v1 writer that predates them sends decodes with none; and without them, what
+    # this writer sends is what that writer sent (so its readers see no difference).
+    assert codec.encode_body(Sync(b"f" * 16, DIGEST, (), None)) == msgpack.packb(
+        {"f": b"f" * 16, "d": codec._encode_digest(DIGEST)}, use_bin_type=True)
+    assert codec.encode_body(InSync(())) == msgpack.packb({})
+    assert codec.decode_body(MessageType.DIGEST, codec.encode_body(DigestReply(DIGEST))).addresses == ()
+
+
+def test_this_memory_cannot_share_more_than_the_bound() -> None:
+    with pytest.raises(ProtocolError) as caught:
+        codec.encode_body(InSync(("http://h:1",) * (codec.MAX_ADDRESSES + 1)))
+    assert (caught.value.who, caught.value.code) == ("local", "bad-field")
 
 
 def _digest_body(origins: bytes, seqs: list[Any], hashes: bytes) -> bytes:
@@ -125,6 +142,15 @@ def _digest_body(origins: bytes, seqs: list[Any], hashes: bytes) -> bytes:
     (raw_message(msgpack.packb({"r": [b"{}"] * (MAX_RECORDS + 1)}, use_bin_type=True), t=5), "too-many-records"),
     (raw_message(msgpack.packb({"c": "x"}), t=6), "bad-field"),
     (raw_message(msgpack.packb({"f": b"f" * 16, "x": "y" * 2000}, use_bin_type=True)), "bad-msgpack"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "p": ["http://h:1"] * 17}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "p": ["http://h:1"] * 10_000}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "p": [b"http://h:1"]}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "p": "http://h:1"}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "p": ["h" * 2000]}, use_bin_type=True)), "bad-msgpack"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "l": 0}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "l": 65536}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"f": b"f" * 16, "l": True}, use_bin_type=True)), "bad-field"),
+    (raw_message(msgpack.packb({"p": [1]}, use_bin_type=True), t=2), "bad-field"),
 ])
 def test_hostile_bytes_are_refused_as_remote_errors(data: bytes, code: str) -> None:
     assert refused(data).code == code

@@ -427,6 +427,48 @@ def test_an_initiator_that_knows_only_an_address_learns_the_origin(cluster: Clus
     assert result.peer == cluster[1].origin
 
 
+def test_a_first_contact_is_an_introduction_not_a_refusal(cluster: Cluster) -> None:
+    result = cluster.exchange(0, 1, now=NOW, rng=rng(), addressed=False)
+    assert result.error is None and result.peer == cluster[1].origin
+    hello = cluster.replies[0].result
+    assert hello.introduced and hello.error is None  # nothing for the responder to log or count
+    # A request addressed to another origin (not to nobody) is still a refusal.
+    wrong = forge(_request(cluster), cluster[0].identity.signing_key, to=cluster[2].origin)
+    reply = cluster[1].responder.respond(wrong, now=NOW, rng=rng())
+    assert not reply.result.introduced and reply.result.error is not None
+    assert reply.result.error.code == "wrong-peer"
+
+
+def test_an_address_that_is_this_memory_ends_the_exchange_without_blame(cluster: Cluster) -> None:
+    result = cluster.exchange(0, 0, now=NOW, rng=rng(), addressed=False)
+    assert result.is_self and result.error is None and result.peer == cluster[0].origin
+    assert result.round_trips == 1 and result.records_received == 0
+    assert cluster.replies[0].result.error is None
+    addressed = cluster[0].initiator(cluster[0].origin, now=NOW, rng=rng())
+    assert addressed.start() is None and addressed.result.is_self and addressed.result.error is None
+
+
+def test_addresses_travel_both_ways_without_the_peers_own(cluster: Cluster) -> None:
+    give(cluster[1].store, history(KEYS[0], 2))  # not in sync: a DIGEST reply carries them too
+    a_share = [("http://192.0.2.1:7428", None), ("http://192.0.2.2:7428", cluster[1].origin)]
+    b_share = [("http://192.0.2.3:7428", ORIGINS[5]), ("http://192.0.2.4:7428", cluster[0].origin)]
+    result = cluster.exchange(0, 1, now=NOW, rng=rng(), share=a_share, respond_share=b_share, listen_port=7500)
+    assert result.error is None and result.addresses == ("http://192.0.2.3:7428",)
+    heard = cluster.replies[0].result
+    assert heard.addresses == ("http://192.0.2.1:7428",) and heard.listen_port == 7500
+    again = cluster.exchange(0, 1, now=NOW, rng=random.Random(2), respond_share=b_share)  # IN_SYNC carries them
+    assert again.in_sync and again.addresses == ("http://192.0.2.3:7428",)
+    assert cluster.replies[-1].result.listen_port is None
+
+
+def test_shared_addresses_are_signed(cluster: Cluster) -> None:
+    cluster.tamper = lambda sender, receiver, data: data.replace(b"192.0.2.1", b"192.0.2.9")
+    result = cluster.exchange(0, 1, now=NOW, rng=rng(), share=[("http://192.0.2.1:7428", None)])
+    assert result.error is not None and result.refused == "bad-signature"
+    result = cluster.exchange(1, 0, now=NOW, rng=rng(), respond_share=[("http://192.0.2.1:7428", None)])
+    assert result.error is not None and result.error.code == "bad-signature" and result.addresses == ()
+
+
 def test_a_reply_from_another_memory_is_refused(cluster: Cluster) -> None:
     initiator = cluster[0].initiator(cluster[1].origin, now=NOW, rng=rng())
     request = initiator.start()

@@ -1,4 +1,5 @@
-"""The gossip HTTP edge: real hypercorn on 127.0.0.1 and a real httpx client, hostile bodies included."""
+"""The gossip HTTP edge: real hypercorn on 127.0.0.1 and a real httpx client, hostile bodies included;
+and what it serves to whoever watches the daemon (/healthz, /metrics)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import httpx
 import pytest
 import trio
 
-from neverest.gossip.http import EXCHANGE_PATH, ExchangeFailed, GossipApp, RemoteError, client, post, serve
+from neverest.gossip.http import EXCHANGE_PATH, GossipApp, RemoteError, client, post, serve
+from neverest.httpclient import PeerRefused, TransportFailure
 
 
 async def echo(body: bytes, peer: str) -> bytes:
@@ -35,9 +37,10 @@ async def test_an_exchange_round_trips(server: str) -> None:
 
 async def test_errors_say_who_is_at_fault(server: str) -> None:
     async with client() as http:
-        with pytest.raises(ExchangeFailed, match="400: that is not a gossip message"):
+        with pytest.raises(PeerRefused, match="400: that is not a gossip message") as bad:
             await post(http, server, b"bad", max_response_bytes=1024)
-        with pytest.raises(ExchangeFailed, match="500: internal error"):
+        assert bad.value.status == 400 and bad.value.detail == "that is not a gossip message"
+        with pytest.raises(PeerRefused, match="500: internal error"):
             await post(http, server, b"boom", max_response_bytes=1024)
         response = await http.get(server + EXCHANGE_PATH)
         assert response.status_code == 405
@@ -76,13 +79,49 @@ async def test_a_trickling_peer_is_cut_off_and_others_are_served(server: str) ->
 
 async def test_client_bounds(server: str) -> None:
     async with client(connect_timeout_s=1) as http:
-        with pytest.raises(ExchangeFailed) as err:
+        with pytest.raises(PeerRefused) as refused:
             await post(http, server, b"x" * 2000, max_response_bytes=100)
-        assert err.value.kind == "oversize"
+        assert refused.value.oversize
         closed = socket.socket()
         closed.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed.getsockname()[1]}"
         closed.close()
-        with pytest.raises(ExchangeFailed) as err:
+        with pytest.raises(TransportFailure) as failed:
             await post(http, url, b"x", max_response_bytes=100)
-        assert err.value.kind == "unreachable"
+        assert failed.value.kind == "unreachable"
+
+
+async def test_healthz_answers_ok_and_metrics_404_without_a_renderer(server: str) -> None:
+    async with httpx.AsyncClient() as http:
+        health = await http.get(server + "/healthz")
+        assert (health.status_code, health.text) == (200, "ok\n")
+        assert health.headers["content-type"].startswith("text/plain")
+        assert (await http.post(server + "/healthz", content=b"x")).status_code == 405
+        assert (await http.get(server + "/metrics")).status_code == 404
+        assert (await http.get(server + "/healthz/x")).status_code == 404
+
+
+async def test_metrics_are_what_the_callback_renders(nursery: trio.Nursery) -> None:
+    calls: list[int] = []
+
+    async def metrics() -> str:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a bug of ours")
+        return f"# TYPE neverest_records gauge\nneverest_records {len(calls)}\n"
+
+    binds = await nursery.start(serve, GossipApp(echo, metrics=metrics), "127.0.0.1:0")
+    async with httpx.AsyncClient() as http:
+        first = await http.get(binds[0] + "/metrics")
+        assert first.status_code == 200
+        assert first.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert first.text == "# TYPE neverest_records gauge\nneverest_records 1\n"
+        broken = await http.get(binds[0] + "/metrics")
+        assert (broken.status_code, broken.text) == (500, "internal error\n")  # no details to the caller
+        assert (await http.get(binds[0] + "/metrics")).text.endswith("neverest_records 3\n")
+        assert (await http.delete(binds[0] + "/metrics")).status_code == 405
+        # The exchange is served as before, everything else is still refused.
+        async with client() as gossip_client:
+            assert await post(gossip_client, binds[0], b"hi", max_response_bytes=100) == b"echo:hi"
+        assert (await http.get(binds[0] + "/")).status_code == 404
+    nursery.cancel_scope.cancel()

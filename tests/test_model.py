@@ -10,11 +10,12 @@ import socket
 import time
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
 from neverest.memory.embed import HASHED_SPACE, MAX_MODEL_TEXT_CHARS, HashedEmbedder, ModelEmbedder, unit
-from neverest.memory.model import MAX_ANSWER_CHARS, Endpoint, Writer
+from neverest.memory.model import MAX_ANSWER_CHARS, Endpoint, ModelClient, ModelError, Writer
 from tests.fake_model import FakeModelServer, model_row
 from tests.fake_model import model_server as model_server  # a fixture
 
@@ -268,3 +269,25 @@ def test_the_writer_fails_soft_when_nothing_listens() -> None:
     with Writer(Endpoint(closed_port_url(), "writer")) as writer:
         assert writer.write("p", "s") is None
         assert writer.last_error is not None and "cannot reach" in writer.last_error
+
+
+def test_the_clients_take_an_injected_transport_and_fail_soft_through_it() -> None:
+    """No server, no thread: the network is a function (what the simulator and tests use)."""
+    seen: list[httpx.Request] = []
+
+    def network(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.host == "down.test":
+            raise httpx.ConnectError("connection refused")
+        return httpx.Response(200, json={"choices": [{"message": {"content": "It works."}}]})
+
+    transport = httpx.MockTransport(network)
+    with Writer(Endpoint("http://model.test/v1", "writer", api_key="k"), transport=transport) as writer:
+        assert writer.write("p", "s") == "It works."
+    assert seen[0].url.path == "/v1/chat/completions" and seen[0].headers["authorization"] == "Bearer k"
+    with Writer(Endpoint("http://down.test/v1", "writer"), transport=transport) as writer:
+        assert writer.write("p", "s") is None
+        assert writer.last_error is not None and "cannot reach" in writer.last_error
+    with ModelClient(Endpoint("http://model.test/v1", "m", max_body_bytes=10), transport=transport) as client, \
+            pytest.raises(ModelError, match="over the 10-byte limit"):
+        client.post_json("/chat/completions", {})

@@ -21,9 +21,11 @@ Bodies, by type (``?`` marks an optional key):
 ==  ========  =========  ==================================================================
 t   name      sent by    body
 ==  ========  =========  ==================================================================
-1   SYNC      initiator  {"f": bin 16 fingerprint of its digest, "d"?: its digest}
-2   IN_SYNC   responder  {}  (fingerprints equal: the exchange is over)
-3   DIGEST    responder  {"d": its digest, "r"?: records the initiator lacks, "m": bool}
+1   SYNC      initiator  {"f": bin 16 fingerprint of its digest, "d"?: its digest,
+                          "p"?: addresses, "l"?: int its listening port}
+2   IN_SYNC   responder  {"p"?: addresses}  (fingerprints equal: the exchange is over)
+3   DIGEST    responder  {"d": its digest, "r"?: records the initiator lacks, "m": bool,
+                          "p"?: addresses}
 4   PUSH      initiator  {"d"?: its digest, "r": records the responder lacks}
 5   DELTA     responder  {"r": records the initiator lacks, "m": bool}
 6   REFUSED   responder  {"c": str code, "w": str message}  (ProtocolError codes below)
@@ -35,6 +37,14 @@ t   name      sent by    body
   of that record's bytes (``core.seq_hash``, which also says how forks change it);
 - its *fingerprint* is BLAKE2b-128 of ``b"neverest-digest-v1\\0"`` followed, per origin in
   that order, by origin (8) ‖ seq (8, big-endian) ‖ hash (8): independent of the encoding;
+- ``"p"`` and ``"l"`` are optional and came after v1 was first published, without a
+  version change: a reader that does not know them ignores them.  ``"p"`` is an array of
+  at most ``MAX_ADDRESSES`` (16) strings, each at most ``MAX_TEXT`` bytes: peer addresses
+  the sender knows and found healthy, which the receiver may try (it takes only
+  ``http://`` URLs of at most 200 bytes, and learns each one's origin from its own signed
+  exchange); ``"l"`` is the port (1..65535) the initiator listens on, which the responder
+  pairs with the address the request came from.  Both are in the body, so the message's
+  signature covers them;
 - ``"r"`` is an array of records, each a bin holding one record line exactly as its origin
   signed it (1..16 384 bytes, ``records.MAX_RECORD_BYTES``); ``"m"`` says the sender cut
   the records at its byte budget and has more.
@@ -70,9 +80,10 @@ from neverest.records import MAX_RECORD_BYTES
 VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 # 100 000 origins: two orders of magnitude above the networks this is built for
-# (DESIGN §4 benchmarks 10 000), while a full digest stays well under the message bound.
+# (the benchmarks measure 10 000), while a full digest stays well under the message bound.
 MAX_ORIGINS: Final = 100_000
 MAX_RECORDS: Final = 10_000
+MAX_ADDRESSES: Final = 16
 ORIGIN_BYTES: Final = 8
 HASH_BYTES: Final = 8
 KEY_BYTES: Final = 32
@@ -88,7 +99,8 @@ RECORD_OVERHEAD: Final = 3
 FINGERPRINT_DOMAIN: Final = b"neverest-digest-v1\x00"
 NO_ORIGIN: Final = "0" * (2 * ORIGIN_BYTES)
 
-Who = Literal["remote", "local"]
+# "network": the transport failed (a timeout, nothing listening): nobody's misbehaviour.
+Who = Literal["remote", "local", "network"]
 
 # Refusal codes.  Add, never rename: peers and programs rely on them.
 CODES: Final = frozenset({
@@ -109,6 +121,8 @@ CODES: Final = frozenset({
     "replay",             # a nonce already seen
     "busy",               # too many nonces to remember: try again later
     "refused",            # the peer answered REFUSED (its code is in the message)
+    "timeout",            # who "network": no complete answer in time
+    "unreachable",        # who "network": nothing listening, a reset, a broken connection
 })
 
 
@@ -177,11 +191,13 @@ class Digest(Mapping[str, Entry]):
 class Sync:
     fingerprint: bytes
     digest: Digest | None = None
+    addresses: tuple[str, ...] = ()
+    listen_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class InSync:
-    pass
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +205,7 @@ class DigestReply:
     digest: Digest
     records: tuple[bytes, ...] | None = None
     more: bool = False
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,15 +381,35 @@ def _records(obj: Mapping[str, Any]) -> tuple[bytes, ...]:
     return tuple(value)
 
 
+def _addresses(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    value = obj.get("p", [])
+    if type(value) is not list or any(type(item) is not str for item in value):
+        raise _remote("bad-field", '"p" must be an array of address strings')
+    if len(value) > MAX_ADDRESSES:
+        raise _remote("bad-field", f'"p" names {len(value)} addresses; the limit is {MAX_ADDRESSES}')
+    return tuple(value)
+
+
+def _port(obj: Mapping[str, Any]) -> int | None:
+    if "l" not in obj:
+        return None
+    port = obj["l"]
+    if type(port) is not int or not 1 <= port <= 65535:
+        raise _remote("bad-field", '"l" must be a port from 1 to 65535')
+    return port
+
+
 def decode_body(mtype: MessageType, data: bytes) -> Body:
     """Decode the body of a message of type ``mtype``.  Raises ProtocolError("remote", ...)."""
     obj = _unpack(data, _BODY_LIMITS, "the body")
     if mtype is MessageType.SYNC:
-        return Sync(fingerprint=_bin(obj, "f", FINGERPRINT_BYTES), digest=_digest(obj) if "d" in obj else None)
+        return Sync(fingerprint=_bin(obj, "f", FINGERPRINT_BYTES), digest=_digest(obj) if "d" in obj else None,
+                    addresses=_addresses(obj), listen_port=_port(obj))
     if mtype is MessageType.IN_SYNC:
-        return InSync()
+        return InSync(addresses=_addresses(obj))
     if mtype is MessageType.DIGEST:
-        return DigestReply(digest=_digest(obj), records=_records(obj) if "r" in obj else None, more=_bool(obj, "m"))
+        return DigestReply(digest=_digest(obj), records=_records(obj) if "r" in obj else None, more=_bool(obj, "m"),
+                           addresses=_addresses(obj))
     if mtype is MessageType.PUSH:
         return Push(records=_records(obj), digest=_digest(obj) if "d" in obj else None)
     if mtype is MessageType.DELTA:
@@ -404,6 +441,14 @@ def _encode_records(records: Sequence[bytes]) -> list[bytes]:
     return list(records)
 
 
+def _encode_addresses(obj: dict[str, Any], addresses: Sequence[str]) -> None:
+    # Only when there are some: an exchange without them is byte for byte what it was before.
+    if addresses:
+        if len(addresses) > MAX_ADDRESSES or any(len(a.encode("utf-8")) > MAX_TEXT for a in addresses):
+            raise _local("bad-field", f"at most {MAX_ADDRESSES} addresses of at most {MAX_TEXT} bytes are shared")
+        obj["p"] = list(addresses)
+
+
 def encode_body(body: Body) -> bytes:
     """The body's bytes (what the signature covers).  Raises ProtocolError("local", ...)."""
     obj: dict[str, Any]
@@ -411,12 +456,19 @@ def encode_body(body: Body) -> bytes:
         obj = {"f": body.fingerprint}
         if body.digest is not None:
             obj["d"] = _encode_digest(body.digest)
+        _encode_addresses(obj, body.addresses)
+        if body.listen_port is not None:
+            if not 1 <= body.listen_port <= 65535:
+                raise _local("bad-field", f"port {body.listen_port} is out of range")
+            obj["l"] = body.listen_port
     elif isinstance(body, InSync):
         obj = {}
+        _encode_addresses(obj, body.addresses)
     elif isinstance(body, DigestReply):
         obj = {"d": _encode_digest(body.digest), "m": body.more}
         if body.records is not None:
             obj["r"] = _encode_records(body.records)
+        _encode_addresses(obj, body.addresses)
     elif isinstance(body, Push):
         obj = {"r": _encode_records(body.records)}
         if body.digest is not None:

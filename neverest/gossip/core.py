@@ -22,7 +22,7 @@ origin's history with a hole in it (the folder carries only current records, so 
 leave out superseded ones) is relayed by gossip up to the hole; peers get the rest from
 memories that hold it.
 
-**The exchange** (DESIGN §4), one HTTP POST per round trip::
+**The exchange** (PROTOCOL.md §11), one HTTP POST per round trip::
 
     initiator                                        responder
     SYNC {f: fingerprint, d: digest if ≤ 16 origins}  ──▶
@@ -36,7 +36,19 @@ origins, since a digest is only sent when fingerprints differ.  A small digest r
 with SYNC so that small networks also pull in one round trip; PUSH is then sent only when
 the initiator has something the responder lacks.  An initiator that only knows an
 address sends SYNC to ``NO_ORIGIN``; the responder's signed ``wrong-peer`` refusal names its
-origin, and the initiator starts again addressed to it (one more round trip).
+origin, and the initiator starts again addressed to it (one more round trip).  That first
+contact is a normal step, not a refusal: the responder marks it ``introduced`` rather than
+an error, so it is neither logged nor counted.  When the origin it names is the initiator's
+own, the address is this memory itself: the exchange ends there (``is_self``), with no
+error and nobody to blame.  An address whose machine changed answers a request addressed
+to the old origin with the same signed refusal, and the initiator starts again, once,
+addressed to the new one (the caller re-keys the address).
+
+**Addresses** (PROTOCOL.md, "Peers learned from peers").  SYNC may carry the initiator's
+list of peer addresses it found healthy and the port it listens on; IN_SYNC and DIGEST may
+carry the responder's list.  Each side leaves out the addresses of the origin it talks to.
+What a peer shared ends up in ``ExchangeResult.addresses`` (and the port in
+``listen_port``), for the caller to weigh: the logic here trusts none of it.
 
 **Deltas** (``delta``).  For each origin where the peer's entry is behind or differs, in an
 order shuffled by the caller's ``rng`` so that no origin starves when budgets cut: first
@@ -97,6 +109,7 @@ from neverest.config import Config
 from neverest.gossip import peer_auth
 from neverest.gossip.codec import (
     HASH_BYTES,
+    MAX_ADDRESSES,
     MAX_RECORDS,
     NO_ORIGIN,
     NONCE_BYTES,
@@ -319,6 +332,10 @@ class ExchangeResult:
     more: bool = False
     error: ProtocolError | None = None
     refused: str | None = None  # the code the peer refused this exchange with
+    addresses: tuple[str, ...] = ()  # peer addresses the peer shared (untrusted: the caller weighs them)
+    listen_port: int | None = None  # responder: the port the initiator said it listens on
+    is_self: bool = False  # initiator: the address answered with this memory's own origin
+    introduced: bool = False  # responder: a first contact, answered with this memory's origin
 
     def to_json(self) -> dict[str, Any]:
         return {"peer": self.peer, "round_trips": self.round_trips, "bytes_sent": self.bytes_sent,
@@ -327,7 +344,7 @@ class ExchangeResult:
                 "applied": self.applied.to_json(), "in_sync": self.in_sync, "more": self.more,
                 "error": None if self.error is None else {"who": self.error.who, "code": self.error.code,
                                                           "message": self.error.message},
-                "refused": self.refused}
+                "refused": self.refused, "self": self.is_self, "addresses": len(self.addresses)}
 
 
 def _unix(now: datetime) -> int:
@@ -349,15 +366,20 @@ class Initiator:
         exchange.result
 
     ``handle`` never raises for what the peer sent: a bad reply ends the exchange with
-    ``result.error`` set.  A transport failure is reported with ``fail``.
+    ``result.error`` set.  A transport failure is reported with ``fail``.  ``share`` is the
+    (url, origin) of addresses to tell the peer about, ``listen_port`` the port this memory
+    listens on (None: it does not, or it does not say).
     """
 
     def __init__(self, view: StoreView, signing_key: nacl.signing.SigningKey, peer: str | None, *, now: datetime,
-                 rng: random.Random, settings: Settings | None = None) -> None:
+                 rng: random.Random, settings: Settings | None = None, share: Sequence[tuple[str, str | None]] = (),
+                 listen_port: int | None = None) -> None:
         self._view, self._key, self._now, self._rng = view, signing_key, now, rng
         self._settings = settings or Settings()
         self._me = origin_of(bytes(signing_key.verify_key))
         self._peer = peer
+        self._share, self._listen_port = share, listen_port
+        self._readdressed = False
         self._expect: frozenset[MessageType] = frozenset()  # reply types acceptable now; none: over
         self._nonce = peer_auth.NO_NONCE
         self._inline = False
@@ -368,11 +390,17 @@ class Initiator:
         return not self._expect
 
     def start(self) -> bytes | None:
-        """The first request (SYNC), or None if it cannot be built (``result.error`` says why)."""
+        """The first request (SYNC), or None if it cannot be built (``result.error`` says why)
+        or the peer is this memory itself (``result.is_self``)."""
+        if self._peer == self._me:
+            self.result.is_self = True
+            self._end(None)
+            return None
         mine = self._view.digest()
         self._inline = len(mine) <= self._settings.inline_digest_origins
         try:
-            return self._send(Sync(mine.fingerprint, mine if self._inline else None),
+            return self._send(Sync(mine.fingerprint, mine if self._inline else None,
+                                   _shared(self._share, self._peer), self._listen_port),
                               {MessageType.IN_SYNC, MessageType.DIGEST})
         except ProtocolError as exc:
             self._end(exc)
@@ -414,20 +442,25 @@ class Initiator:
         auth = envelope.auth
         peer_auth.verify(auth, envelope.type, envelope.body, me=self._me, now_s=_unix(self._now), skew_s=None,
                          re=self._nonce)
+        body = decode_body(envelope.type, envelope.body)
+        if isinstance(body, Refused) and body.code == "wrong-peer" and not self._readdressed \
+                and auth.origin != self._peer:
+            # We addressed nobody in particular (a first contact), or the machine at this address
+            # changed: the signed refusal says whose address it is.  Start again addressed to it, once.
+            self._readdressed = True
+            self._peer = self.result.peer = auth.origin
+            return self.start()
         if self._peer is not None and auth.origin != self._peer:
             raise ProtocolError("remote", "wrong-peer", f"answered by {auth.origin}, not by {self._peer}")
-        body = decode_body(envelope.type, envelope.body)
         if isinstance(body, Refused):
-            if self._peer is None and body.code == "wrong-peer":
-                # We addressed nobody in particular; the signed refusal says whose address this is.
-                self._peer = self.result.peer = auth.origin
-                return self.start()
             self.result.peer = auth.origin
             self.result.refused = body.code[:64]
             raise ProtocolError("remote", "refused", f"{auth.origin} refused: {body.code[:64]}: {body.message}")
         if envelope.type not in self._expect:
             raise ProtocolError("remote", "unexpected-type", f"a {envelope.type.name} reply to this request")
         self.result.peer = auth.origin
+        if isinstance(body, InSync | DigestReply):
+            self.result.addresses = body.addresses
         if isinstance(body, InSync):
             self.result.in_sync = True
             self._end(None)
@@ -486,7 +519,9 @@ class Responder:
         self._replay = replay or peer_auth.ReplayCache(skew_s=self._settings.skew_s)
         self.origin = origin_of(bytes(signing_key.verify_key))
 
-    def respond(self, request: bytes, *, now: datetime, rng: random.Random) -> Reply:
+    def respond(self, request: bytes, *, now: datetime, rng: random.Random,
+                share: Sequence[tuple[str, str | None]] = ()) -> Reply:
+        """Answer one request; ``share`` is the (url, origin) of addresses to tell the peer about."""
         result = ExchangeResult(round_trips=1, bytes_received=len(request))
         try:
             envelope = decode(request)
@@ -501,10 +536,16 @@ class Responder:
             result.peer = auth.origin
             if envelope.type not in REQUESTS:
                 raise ProtocolError("remote", "unexpected-type", f"{envelope.type.name} is not a request")
-            answer = self._serve(decode_body(envelope.type, envelope.body), auth.origin, now, rng, result)
+            answer = self._serve(decode_body(envelope.type, envelope.body), auth.origin, now, rng, result,
+                                 _shared(share, auth.origin))
             data = self._seal(answer, auth.origin, auth.nonce, now_s, rng)
         except ProtocolError as exc:
-            result.error = exc
+            if exc.code == "wrong-peer" and auth.to == NO_ORIGIN:
+                # A first contact: the initiator knows our address, not our origin.  The signed
+                # refusal tells it; nothing went wrong.
+                result.introduced = True
+            else:
+                result.error = exc
             # Signed and bound to the request's nonce, so the requester can trust who refused
             # and why (and learn this memory's origin from a wrong-peer refusal).
             data = self._seal(Refused(exc.code, exc.message), auth.origin, auth.nonce, now_s, rng)
@@ -517,18 +558,20 @@ class Responder:
         auth = peer_auth.sign(self._key, mtype, payload, to=to, ts=now_s, nonce=rng.randbytes(NONCE_BYTES), re=re)
         return encode(mtype, auth, payload)
 
-    def _serve(self, body: Body, peer: str, now: datetime, rng: random.Random, result: ExchangeResult) -> Body:
+    def _serve(self, body: Body, peer: str, now: datetime, rng: random.Random, result: ExchangeResult,
+               share: tuple[str, ...]) -> Body:
         if isinstance(body, Sync):
+            result.addresses, result.listen_port = body.addresses, body.listen_port
             mine = self._view.digest()
             if body.fingerprint == mine.fingerprint:
                 result.in_sync = True
-                return InSync()
+                return InSync(share)
             if body.digest is None:
-                return DigestReply(mine)
+                return DigestReply(mine, addresses=share)
             if body.digest.fingerprint != body.fingerprint:
                 raise ProtocolError("remote", "bad-field", "the fingerprint is not that of the digest sent")
             out = self._delta(mine, body.digest, rng, result)
-            return DigestReply(mine, tuple(out.records), out.more)
+            return DigestReply(mine, tuple(out.records), out.more, share)
         assert isinstance(body, Push)
         result.records_received = len(body.records)
         taken = take(self._view, body.records, source=_source(peer), now=now,
@@ -543,6 +586,11 @@ class Responder:
         out = delta(self._view, mine, theirs, budget_bytes=self._settings.budget_bytes, rng=rng)
         result.records_sent, result.more = len(out.records), out.more
         return out
+
+
+def _shared(share: Sequence[tuple[str, str | None]], peer: str | None) -> tuple[str, ...]:
+    """The addresses to tell ``peer`` about: not its own, at most MAX_ADDRESSES."""
+    return tuple(url for url, origin in share if origin is None or origin != peer)[:MAX_ADDRESSES]
 
 
 def drive(initiator: Initiator, post: Callable[[bytes], bytes | None]) -> ExchangeResult:

@@ -1,9 +1,12 @@
 """The HTTP edge of gossip: an ASGI app served by hypercorn's trio worker, and its client.
 
-Only this module knows about HTTP.  The app has one job: take the body of a
+Only this module knows about HTTP.  The app's main job: take the body of a
 ``POST /gossip/v1/exchange``, hand it to a responder (the sans-IO logic, run by the
-daemon) and send back what the responder returns.  The peer-facing listener serves
-nothing else: agents' events and control go through the Unix socket (control.py).
+daemon) and send back what the responder returns.  Besides, for whoever watches the
+daemon: ``GET /healthz`` answers ``ok`` (the listener and its event loop are alive) and
+``GET /metrics`` the Prometheus text exposition (version 0.0.4) that the ``metrics``
+callback renders (404 when the app has none).  Nothing else is served: agents' events
+and control go through the Unix socket (control.py).
 
 Bounds, so that a hostile peer costs little (every remote byte is hostile):
 
@@ -15,8 +18,9 @@ Bounds, so that a hostile peer costs little (every remote byte is hostile):
 - the responder's errors say who is at fault: ``RemoteError`` (the peer's bytes were
   bad: 400 and a reason) versus anything else (our fault: 500, logged, no details).
 
-The client posts with connect, read, write and pool timeouts, streams the answer and
-stops reading at ``max_response_bytes``.
+The client is ``neverest.httpclient``'s: a total deadline, the answer streamed and cut at
+``max_response_bytes``, and errors that say whether the network failed
+(``TransportFailure``) or the peer refused (``PeerRefused``).
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from typing import Any, Final
 import httpx
 import trio
 
+from neverest import httpclient
 from neverest.serving import lifespan, serve_asgi
 
 EXCHANGE_PATH: Final = "/gossip/v1/exchange"
+HEALTH_PATH: Final = "/healthz"
+METRICS_PATH: Final = "/metrics"
 CONTENT_TYPE: Final = "application/msgpack"
+METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT_S: Final = 30.0
 
@@ -42,6 +50,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Responder = Callable[[bytes, str], Awaitable[bytes]]  # (body, client address) -> answer body
+Metrics = Callable[[], Awaitable[str]]  # the Prometheus text exposition of the daemon now
 
 
 class RemoteError(Exception):
@@ -58,12 +67,16 @@ class GossipApp:
     responder: Responder
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    metrics: Metrics | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if scope["path"] == HEALTH_PATH or (scope["path"] == METRICS_PATH and self.metrics is not None):
+            await self._observe(scope, send)
             return
         if scope["path"] != EXCHANGE_PATH:
             await _answer(send, 404, b"not found\n", "text/plain")
@@ -83,6 +96,23 @@ class GossipApp:
             await _answer(send, 500, b"internal error\n", "text/plain")
             return
         await _answer(send, 200, answer, CONTENT_TYPE)
+
+    async def _observe(self, scope: Scope, send: Send) -> None:
+        """``GET /healthz`` or ``GET /metrics``; the request's body, if any, is not read."""
+        if scope["method"] != "GET":
+            await _answer(send, 405, b"GET only\n", "text/plain")
+            return
+        if scope["path"] == HEALTH_PATH:
+            await _answer(send, 200, b"ok\n", "text/plain; charset=utf-8")
+            return
+        assert self.metrics is not None
+        try:
+            text = await self.metrics()
+        except Exception:
+            log.exception("rendering /metrics failed on our side")
+            await _answer(send, 500, b"internal error\n", "text/plain")
+            return
+        await _answer(send, 200, text.encode("utf-8"), METRICS_CONTENT_TYPE)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope.get("headers", []):
@@ -115,41 +145,23 @@ async def _answer(send: Send, status: int, body: bytes, content_type: str) -> No
     await send({"type": "http.response.body", "body": body})
 
 
-class ExchangeFailed(Exception):
-    """An exchange with a peer did not complete.  ``kind`` is a peer-table penalty kind."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-
-
-def client(*, connect_timeout_s: float = 5.0, read_timeout_s: float = 30.0) -> httpx.AsyncClient:
-    timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s, write=read_timeout_s, pool=connect_timeout_s)
-    return httpx.AsyncClient(timeout=timeout, follow_redirects=False, headers={"content-type": CONTENT_TYPE})
+def client(*, transport: httpx.AsyncBaseTransport | None = None, connect_timeout_s: float = 5.0,
+           read_timeout_s: float = 30.0) -> httpx.AsyncClient:
+    """The client an initiator posts exchanges with (``post``); reuse it for many exchanges."""
+    return httpclient.async_client(transport=transport, connect_timeout_s=connect_timeout_s,
+                                   read_timeout_s=read_timeout_s, headers={"content-type": CONTENT_TYPE})
 
 
 async def post(http: httpx.AsyncClient, base_url: str, body: bytes, *, max_response_bytes: int,
                total_timeout_s: float = 120.0) -> bytes:
-    """POST ``body`` to a peer's exchange endpoint; the answer's body, bounded and timed."""
-    try:
-        with trio.fail_after(total_timeout_s):
-            async with http.stream("POST", base_url + EXCHANGE_PATH, content=body) as response:
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > max_response_bytes:
-                        raise ExchangeFailed("oversize", f"answer over {max_response_bytes} bytes")
-                if response.status_code != 200:
-                    text = bytes(data[:200]).decode("utf-8", "replace").strip()
-                    raise ExchangeFailed("protocol", f"HTTP {response.status_code}: {text}")
-                return bytes(data)
-    except trio.TooSlowError:
-        raise ExchangeFailed("timeout", f"no complete answer within {total_timeout_s:g} s") from None
-    except httpx.TimeoutException as exc:
-        raise ExchangeFailed("timeout", str(exc) or type(exc).__name__) from None
-    except httpx.HTTPError as exc:
-        raise ExchangeFailed("unreachable", str(exc) or type(exc).__name__) from None
+    """POST ``body`` to a peer's exchange endpoint; the answer's body, bounded and timed.
+
+    Raises ``httpclient.TransportFailure`` (the network failed) or ``httpclient.PeerRefused``
+    (the peer answered with another status than 200, or more than ``max_response_bytes``).
+    """
+    answer = await httpclient.post_bounded(http, base_url + EXCHANGE_PATH, body, max_bytes=max_response_bytes,
+                                           total_timeout_s=total_timeout_s)
+    return answer.body
 
 
 async def serve(app: GossipApp, listen: str, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED

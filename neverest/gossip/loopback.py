@@ -1,18 +1,28 @@
-"""An in-memory network of real memories, for tests and simulations (h11's ConnectionPair).
+"""In-memory networks of real memories, for tests and simulations (h11's ConnectionPair).
 
-Each ``Node`` is a real store in its own folder with its own identity, view and
-responder; ``Cluster.exchange`` runs one exchange from one node to another by direct
-calls, through the same ``Initiator``/``Responder`` bytes the HTTP edge carries.  Every
-message crosses ``Cluster.wire`` (a list of (sender, receiver, bytes)), and a ``tamper``
-hook may rewrite or drop a message in flight, which is how tests play a hostile network.
+Two levels:
+
+- ``Cluster``: each ``Node`` is a real store in its own folder with its own identity, view
+  and responder; ``Cluster.exchange`` runs one exchange from one node to another by direct
+  calls, through the same ``Initiator``/``Responder`` bytes the HTTP edge carries.  Every
+  message crosses ``Cluster.wire`` (a list of (sender, receiver, bytes)), and a ``tamper``
+  hook may rewrite or drop a message in flight, which is how tests play a hostile network.
+- ``AppNetwork``: whole gossip services (``service.Gossip``, with their peer tables) talking
+  HTTP without sockets or threads: each listener is an ASGI app (``http.GossipApp``) at a
+  base URL, and each sender gets an ``httpx`` transport (``transport_for``) that hands its
+  requests to the app at the URL they name, from the sender's host.  A URL with no app
+  fails as a connection refused does.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from neverest.config import Config
 from neverest.gossip.core import ExchangeResult, Initiator, Reply, Responder, Settings, drive
@@ -41,8 +51,10 @@ class Node:
     def origin(self) -> str:
         return self.identity.origin
 
-    def initiator(self, peer: str | None, *, now: datetime, rng: random.Random) -> Initiator:
-        return Initiator(self.view, self.identity.signing_key, peer, now=now, rng=rng, settings=self.settings)
+    def initiator(self, peer: str | None, *, now: datetime, rng: random.Random,
+                  share: Sequence[tuple[str, str | None]] = (), listen_port: int | None = None) -> Initiator:
+        return Initiator(self.view, self.identity.signing_key, peer, now=now, rng=rng, settings=self.settings,
+                         share=share, listen_port=listen_port)
 
     def close(self) -> None:
         self.store.close()
@@ -71,17 +83,20 @@ class Cluster:
         self.wire.append((sender, receiver, data))
         return data
 
-    def exchange(self, i: int, j: int, *, now: datetime, rng: random.Random, addressed: bool = True
-                 ) -> ExchangeResult:
-        """One exchange from node i to node j (addressed to j's origin, or to nobody in particular)."""
+    def exchange(self, i: int, j: int, *, now: datetime, rng: random.Random, addressed: bool = True,
+                 share: Sequence[tuple[str, str | None]] = (), respond_share: Sequence[tuple[str, str | None]] = (),
+                 listen_port: int | None = None) -> ExchangeResult:
+        """One exchange from node i to node j (addressed to j's origin, or to nobody in particular);
+        ``share`` and ``respond_share`` are the addresses each side tells the other about."""
         a, b = self.nodes[i], self.nodes[j]
-        initiator = a.initiator(b.origin if addressed else None, now=now, rng=rng)
+        initiator = a.initiator(b.origin if addressed else None, now=now, rng=rng, share=share,
+                                listen_port=listen_port)
 
         def post(request: bytes) -> bytes | None:
             carried = self._carry(a.origin, b.origin, request)
             if carried is None:
                 return None
-            reply = b.responder.respond(carried, now=now, rng=rng)
+            reply = b.responder.respond(carried, now=now, rng=rng, share=respond_share)
             self.replies.append(reply)
             return None if reply.data is None else self._carry(b.origin, a.origin, reply.data)
 
@@ -90,3 +105,36 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+AsgiApp = Callable[..., Any]
+
+
+class AppNetwork:
+    """ASGI apps by base URL (``http://host:port``), reached through ``transport_for``."""
+
+    def __init__(self) -> None:
+        self.apps: dict[str, AsgiApp] = {}
+
+    def listen(self, base_url: str, app: AsgiApp) -> None:
+        self.apps[base_url.rstrip("/")] = app
+
+    def stop(self, base_url: str) -> None:
+        self.apps.pop(base_url.rstrip("/"), None)
+
+    def transport_for(self, sender_host: str) -> httpx.AsyncBaseTransport:
+        """The transport of a sender whose requests come from ``sender_host``."""
+        return _Route(self, sender_host)
+
+
+class _Route(httpx.AsyncBaseTransport):
+    def __init__(self, network: AppNetwork, host: str) -> None:
+        self._network, self._host = network, host
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        app = self._network.apps.get(f"{url.scheme}://{url.netloc.decode('ascii')}")
+        if app is None:
+            raise httpx.ConnectError(f"nothing listens at {url.scheme}://{url.netloc.decode('ascii')}",
+                                     request=request)
+        return await httpx.ASGITransport(app, client=(self._host, 49152)).handle_async_request(request)

@@ -8,10 +8,11 @@ an HTTP error, a body that is not the JSON it should be, or one too large) becom
 in ``last_error`` for the sleep's report.
 
 ``ModelClient`` is the one way this package talks to such a server, shared by the writer below
-and ``embed.ModelEmbedder``.  The server is treated as untrusted input: connect, read and total
-time are bounded, the response is streamed and refused past ``max_body_bytes`` (counted after
-any content decoding, so a compressed bomb is cut too), redirects are not followed, and NaN or
-Infinity are not accepted as JSON.
+and ``embed.ModelEmbedder``, through ``neverest.httpclient``.  The server is treated as untrusted
+input: connect, read and total time are bounded, the response is streamed and refused past
+``max_body_bytes`` (counted after any content decoding, so a compressed bomb is cut too),
+redirects are not followed, and NaN or Infinity are not accepted as JSON.  Both take an
+injectable ``httpx`` transport (``transport``) to fake the server in tests.
 
 The writer's answer is cut to its first line and to ``MAX_ANSWER_CHARS``; deciding whether that
 line is an acceptable lesson (an observation, not an instruction) is the caller's job, with the
@@ -20,10 +21,8 @@ safety detector, so this module never imports it.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import ssl
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -33,6 +32,8 @@ from typing import Final, NoReturn
 from urllib.parse import urlsplit
 
 import httpx
+
+from neverest import httpclient
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0
 DEFAULT_READ_TIMEOUT_S: Final = 30.0
@@ -47,8 +48,6 @@ MAX_ANSWER_CHARS: Final = 300
 DEFAULT_MAX_TOKENS: Final = 120
 
 _JSON_BODY: Final = {"Content-Type": "application/json"}
-_ERROR_BODY_BYTES: Final = 2048  # how much of an error response is read for the message
-_ERROR_SNIPPET_CHARS: Final = 200
 _LINE_HEAD_CHARS: Final = 8 * MAX_ANSWER_CHARS  # room for white space that collapses
 
 # Reasoning models served through Ollama may prefix the answer with their thinking.
@@ -93,17 +92,13 @@ class Endpoint:
 class ModelClient:
     """A synchronous client for one OpenAI-compatible server.  Not shared between threads."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, *, transport: httpx.BaseTransport | None = None) -> None:
         self.endpoint = endpoint
-        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        headers = {"Accept": "application/json"}
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        self._client = httpx.Client(
-            headers=headers,
-            timeout=httpx.Timeout(endpoint.read_timeout_s, connect=endpoint.connect_timeout_s),
-            follow_redirects=False,
-            verify=_tls_context(),
-        )
+        self._client = httpclient.sync_client(transport=transport, connect_timeout_s=endpoint.connect_timeout_s,
+                                              read_timeout_s=endpoint.read_timeout_s, headers=headers)
 
     def post_json(self, path: str, payload: Mapping[str, object]) -> object:
         """POST ``payload`` as JSON to ``base_url + path`` and return the decoded JSON answer.
@@ -111,52 +106,31 @@ class ModelClient:
         Raises ``ModelError`` for every failure, whatever its cause.
         """
         url = self.endpoint.base_url.rstrip("/") + path
-        deadline = time.monotonic() + self.endpoint.total_timeout_s
+        total = self.endpoint.total_timeout_s
+        deadline = time.monotonic() + total
         try:
             # ensure_ascii: a lone surrogate (a file name decoded with surrogateescape) becomes
             # an escape the server can cope with, where UTF-8 encoding would fail the call.
             body = json.dumps(payload, ensure_ascii=True).encode("ascii")
-            with self._client.stream("POST", url, content=body, headers=_JSON_BODY) as response:
-                if response.status_code != 200:
-                    raise ModelError(f"HTTP {response.status_code} from {url}{self._error_detail(response)}")
-                answer = self._read_bounded(response, url, deadline)
-            return json.loads(answer, parse_constant=_refuse_constant)
-        except httpx.TimeoutException as exc:
-            raise ModelError(f"timed out talking to {url} ({type(exc).__name__})") from None
-        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
-            raise ModelError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+            answer = httpclient.post_bounded_sync(self._client, url, body, headers=_JSON_BODY,
+                                                  max_bytes=self.endpoint.max_body_bytes, total_timeout_s=total)
+            return json.loads(answer.body, parse_constant=_refuse_constant)
+        except httpclient.PeerRefused as exc:
+            if exc.oversize:
+                raise ModelError(f"the answer from {url} is over the {self.endpoint.max_body_bytes}-byte limit "
+                                 f"({exc.detail})") from None
+            detail = f": {_printable(exc.detail)}" if exc.detail else ""
+            raise ModelError(f"HTTP {exc.status} from {url}{detail}") from None
+        except httpclient.TransportFailure as exc:
+            if exc.kind == "timeout" and time.monotonic() >= deadline:
+                raise ModelError(f"the answer from {url} took over {total:g} s") from None
+            if exc.kind == "timeout":
+                raise ModelError(f"timed out talking to {url} ({exc.detail})") from None
+            raise ModelError(f"cannot reach {url}: {exc.detail}") from None
         except RecursionError:
             raise ModelError(f"the answer from {url} is JSON nested too deeply") from None
         except ValueError as exc:  # JSON and UTF-8 errors in the answer
             raise ModelError(f"the answer from {url} is not valid JSON: {exc}") from None
-
-    def _read_bounded(self, response: httpx.Response, url: str, deadline: float) -> bytes:
-        limit = self.endpoint.max_body_bytes
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise ModelError(f"the answer from {url} declares {declared} bytes, over the {limit}-byte limit")
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise ModelError(f"the answer from {url} is over the {limit}-byte limit")
-            if time.monotonic() > deadline:
-                raise ModelError(f"the answer from {url} took over {self.endpoint.total_timeout_s:g} s")
-        return bytes(body)
-
-    @staticmethod
-    def _error_detail(response: httpx.Response) -> str:
-        """A short, one-line excerpt of an error body, for the report; empty when unreadable."""
-        head = bytearray()
-        try:
-            for chunk in response.iter_bytes():
-                head += chunk
-                if len(head) >= _ERROR_BODY_BYTES:
-                    break
-        except httpx.HTTPError:
-            return ""
-        text = " ".join(head[:_ERROR_BODY_BYTES].decode("utf-8", "replace").split())
-        return f": {_printable(text)[:_ERROR_SNIPPET_CHARS]}" if text else ""
 
     def close(self) -> None:
         self._client.close()
@@ -179,11 +153,12 @@ class Writer:
     sets ``last_error``; a success clears it.
     """
 
-    def __init__(self, endpoint: Endpoint, *, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(self, endpoint: Endpoint, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.endpoint = endpoint
         self.max_tokens = max_tokens
         self.last_error: str | None = None
-        self._client = ModelClient(endpoint)
+        self._client = ModelClient(endpoint, transport=transport)
 
     def write(self, prompt: str, system: str) -> str | None:
         payload = {
@@ -209,13 +184,6 @@ class Writer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle takes ~50 ms, which every new client would otherwise pay again
-    # (the memory makes one per sleep or recall); one context serves them all.
-    return httpx.create_ssl_context()
 
 
 def _refuse_constant(name: str) -> NoReturn:

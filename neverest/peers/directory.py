@@ -1,7 +1,7 @@
 """The directory: a file or a URL that lists peers, polled by the daemon.
 
-A directory is a convenience, not a dependency (seeds/000 §5): when it is down the
-daemon keeps the peers it knows.  Accepted forms, whichever the body parses as:
+A directory is a convenience, not a dependency: when it is down the daemon keeps the
+peers it knows.  Accepted forms, whichever the body parses as:
 
 - JSON: an array whose items are URLs (``"http://192.0.2.7:7428"``) or objects with a
   ``url`` and optionally an ``origin`` (what an HTTP commons' ``GET /directory`` serves);
@@ -9,8 +9,10 @@ daemon keeps the peers it knows.  Accepted forms, whichever the body parses as:
 
 Everything is bounded: at most ``MAX_BYTES`` are read, at most ``MAX_PEERS`` entries
 kept; an entry that is not a usable URL, or an origin that is not 16 hex digits, is
-skipped and counted.  A URL is fetched with httpx, with connect and read timeouts and
-a streamed, size-capped body.
+skipped and counted.  Entries must be URLs with their scheme (``http://...``): a
+directory is written by programs, so a bare ``host:port`` there is more likely a mistake.
+A URL is fetched with ``neverest.httpclient`` (a total deadline, a streamed, size-capped
+body; ``transport`` fakes the network in tests).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from typing import Any, Final
 
 import httpx
 
+from neverest import httpclient
 from neverest.peers.table import PeerError, normalise_url
 
 MAX_BYTES: Final = 1024 * 1024
 MAX_PEERS: Final = 1000
 CONNECT_TIMEOUT_S: Final = 5.0
 READ_TIMEOUT_S: Final = 15.0
+TOTAL_TIMEOUT_S: Final = 30.0
 _ORIGIN = re.compile(r"[0-9a-f]{16}")
 
 
@@ -64,7 +68,7 @@ def parse(body: bytes) -> Listing:
             listing.skipped += 1
             continue
         try:
-            url = normalise_url(url)
+            url = normalise_url(url, require_scheme=True)
         except PeerError:
             listing.skipped += 1
             continue
@@ -86,17 +90,14 @@ def fetch(where: str, *, transport: httpx.BaseTransport | None = None) -> Listin
                 return parse(f.read(MAX_BYTES + 1))
         except OSError as exc:
             raise DirectoryError(f"cannot read the directory file {where}: {exc.strerror}") from None
-    timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
     try:
-        with httpx.Client(timeout=timeout, transport=transport, follow_redirects=False) as client, \
-                client.stream("GET", where) as response:
-            if response.status_code != 200:
-                raise DirectoryError(f"the directory {where} answered HTTP {response.status_code}")
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_BYTES:
-                    raise DirectoryError(f"the directory {where} is over {MAX_BYTES} bytes")
-    except httpx.HTTPError as exc:
-        raise DirectoryError(f"the directory {where} could not be read: {exc}") from None
-    return parse(bytes(body))
+        with httpclient.sync_client(transport=transport, connect_timeout_s=CONNECT_TIMEOUT_S,
+                                    read_timeout_s=READ_TIMEOUT_S) as client:
+            answer = httpclient.get_bounded_sync(client, where, max_bytes=MAX_BYTES, total_timeout_s=TOTAL_TIMEOUT_S)
+    except httpclient.PeerRefused as exc:
+        if exc.oversize:
+            raise DirectoryError(f"the directory {where} is over {MAX_BYTES} bytes") from None
+        raise DirectoryError(f"the directory {where} answered HTTP {exc.status}") from None
+    except httpclient.TransportFailure as exc:
+        raise DirectoryError(f"the directory {where} could not be read ({exc.kind}): {exc.detail}") from None
+    return parse(answer.body)
