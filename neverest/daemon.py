@@ -42,6 +42,7 @@ from neverest.services.inbox import serve_inbox
 from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.nightly import next_sleep, serve_nightly
 from neverest.services.state import DaemonState, MemoryWorker, serve_settle
+from neverest.services.status import metrics_text
 from neverest.serving import stop_on_signals
 
 log = logging.getLogger("neverestd")
@@ -55,7 +56,9 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(stop_on_signals, nursery.cancel_scope, log)
-            state.listening = await nursery.start(serve_listener, gossip, make_app(gossip))
+            app = make_app(gossip, metrics=lambda: metrics_text(state))
+            state.listening = await nursery.start(serve_listener, gossip, app)
+            gossip.gossip.listen_port = int(state.listening[0].rpartition(":")[2])  # told to peers
             log.info("listening for peers on %s", ", ".join(state.listening))
             if lock is not None:
                 lock.describe(f"listening on {', '.join(state.listening)}")
@@ -76,7 +79,8 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
                      iso(next_sleep(clock.now(), config)))
             task_status.started(state)
     finally:
-        gossip.close()
+        with trio.CancelScope(shield=True):
+            await gossip.aclose()
 
 
 def build_parser() -> argparse.ArgumentParser:

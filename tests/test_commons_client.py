@@ -50,6 +50,7 @@ def commons(tmp_path: Path) -> Iterator[str]:
 
 
 def run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:
+    home.mkdir(mode=0o700, exist_ok=True)  # a named home must exist (only `init` or the default creates one)
     status = ctl(["--home", str(home), *argv])
     out = capsys.readouterr().out
     assert status == 0, (argv, out)
@@ -86,6 +87,7 @@ def test_push_then_pull_only_what_changed(commons: str, tmp_path: Path, capsys: 
 def test_a_wrong_token_is_a_clear_error(commons: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad"
     bad.write_text("not-the-token\n")
+    (tmp_path / "A").mkdir(mode=0o700)
     assert ctl(["--home", str(tmp_path / "A"), "commons", "pull", commons, "--token-file", str(bad)]) == 1
     assert "403" in capsys.readouterr().err
     assert ctl(["--home", str(tmp_path / "A"), "commons", "pull", commons]) == 2

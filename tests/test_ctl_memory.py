@@ -20,6 +20,7 @@ from neverest.memory.store import open_store
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("NEVEREST_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)  # a named home must exist (only `init` or the default creates one)
     monkeypatch.setenv("NEVEREST_NOW", "2026-03-01T03:00:00Z")
     return tmp_path / "home"
 
@@ -96,7 +97,7 @@ def test_remember_from_events_file_and_stdin(home: Path, capsys: pytest.CaptureF
 
 
 def test_inbox_is_drained_by_sleep(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    home.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=True)
     with (home / "inbox.jsonl").open("a") as f:
         f.write(json.dumps({"kind": "correction", "said": "the staging database is read-only"}) + "\n")
     report = json.loads(run(capsys, "sleep", "--json")[1])
@@ -134,6 +135,7 @@ def test_store_locked_by_another_process_is_a_clear_error(home: Path, capsys: py
 
 def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    home.mkdir(mode=0o700)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from gen_episodes import events  # type: ignore[import-not-found]
 

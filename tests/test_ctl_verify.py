@@ -114,6 +114,7 @@ def test_id_refuses_a_key_others_can_read(tmp_path: Path, capsys: pytest.Capture
 def test_subprocess_contract(tmp_path: Path) -> None:
     """The installed console script, as other programs call it: stdin in, JSON lines out."""
     env = dict(os.environ, NEVEREST_HOME=str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)
     cmd = [sys.executable, "-m", "neverest.ctl"]
     done = subprocess.run([*cmd, "verify"], input=GOOD + b"\n\nnope\n", capture_output=True, env=env,
                           timeout=60)

@@ -27,6 +27,7 @@ def lesson(text: str, seq: int) -> bytes:
 def test_hostile_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEVEREST_NOW", "2026-04-01T12:05:00Z")
     folder, home = tmp_path / "shared", tmp_path / "B"
+    home.mkdir(mode=0o700)
     folder.mkdir()
     good = lesson("Port 8080 is taken by the proxy on this host", 1)
     hostile = folder / ("ab" * 8 + ".jsonl")
@@ -63,6 +64,7 @@ def test_corrections_stay_private_unless_asked(tmp_path: Path, capsys: pytest.Ca
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEVEREST_NOW", "2026-04-01T12:00:00Z")
     home, project, folder = tmp_path / "A", tmp_path / "proj", tmp_path / "shared"
+    home.mkdir(mode=0o700)
     project.mkdir()
     elsewhere = tmp_path / "other"
     elsewhere.mkdir()
@@ -91,6 +93,7 @@ def test_only_the_origin_can_revoke(tmp_path: Path, capsys: pytest.CaptureFixtur
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEVEREST_NOW", "2026-04-01T12:05:00Z")
     folder, home = tmp_path / "shared", tmp_path / "B"
+    home.mkdir(mode=0o700)
     folder.mkdir()
     (folder / ("cd" * 8 + ".jsonl")).write_bytes(lesson("Port 8080 is taken by the proxy on this host", 1) + b"\n")
     run(capsys, "--home", str(home), "folder", "sync", str(folder))

@@ -50,6 +50,7 @@ def daemons(tmp_path: Path) -> Iterator[list[tuple[Path, str]]]:
 
 
 def run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:
+    home.mkdir(mode=0o700, exist_ok=True)  # a named home must exist (only `init` or the default creates one)
     status = ctl(["--home", str(home), *argv])
     out = capsys.readouterr().out
     assert status == 0, (argv, out)
@@ -73,7 +74,8 @@ def test_a_lesson_travels_a_to_c_through_b(daemons: list[tuple[Path, str]], caps
     first = json.loads(run(capsys, a, "gossip", "--json"))["round"]
     assert [r["records_sent"] for r in first] == [1] and first[0]["error"] is None
     second = json.loads(run(capsys, b, "gossip", "--json"))["round"]
-    assert second[0]["records_sent"] == 1
+    # B also knows A now (A gossiped with it and said where it listens): only C needs the record.
+    assert {r["url"]: r["records_sent"] for r in second}[url_c] == 1
 
     held = [json.loads(line) for line in run(capsys, c, "lessons", "--json").splitlines()]
     assert [(h["hash"], h["state"], h["origin"]) for h in held] == [(lesson["hash"], "candidate", lesson["origin"])]

@@ -52,11 +52,19 @@ def test_daemons_on_a_lan_find_each_other_and_share(namespace_lan: Lan, tmp_path
     for session in ("s1", "s2"):
         assert ctl(["--home", str(a), "remember", *ERROR, "--cwd", str(project), "--session", session]) == 0
     assert ctl(["--home", str(a), "publish", "--project", str(project)]) == 0
-    assert ctl(["--home", str(a), "sleep"]) == 0
     capsys.readouterr()
-    assert ctl(["--home", str(a), "gossip", "--json"]) == 0
-    results = json.loads(capsys.readouterr().out)["round"]
-    assert sorted(r["records_sent"] for r in results) == [1, 1], results
+    assert ctl(["--home", str(a), "sleep", "--json"]) == 0
+    # No manual step: the daemon gossips what the sleep signed at once (a round follows every sleep).
+    told = json.loads(capsys.readouterr().out)
+    assert told["signed_lessons"] == 1
+    deadline = time.monotonic() + 30
+    while True:  # the round after the sleep may have found only one peer healthy yet: ask until in sync
+        assert ctl(["--home", str(a), "gossip", "--json"]) == 0
+        results = json.loads(capsys.readouterr().out)["round"]
+        if len(results) == 2 and all(r["in_sync"] for r in results):
+            break
+        assert time.monotonic() < deadline, results
+        time.sleep(0.5)
     origin_a = ask(a, {"op": "status"})["status"]["origin"]
     for home in others:
         assert ctl(["--home", str(home), "lessons", "--json"]) == 0

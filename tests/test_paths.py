@@ -44,7 +44,8 @@ def test_a_home_naming_a_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_a_folder_of_other_things_is_not_taken_for_a_home(tmp_path: Path) -> None:
     project = tmp_path / "project"
-    project.mkdir(mode=0o755)
+    project.mkdir()
+    os.chmod(project, 0o755)  # whatever the umask of this process (neverestctl's main sets 077)
     (project / "setup.py").write_text("")
     os.chmod(project / "setup.py", 0o644)
     for create in (False, True):

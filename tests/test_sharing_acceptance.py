@@ -36,6 +36,7 @@ class Net:
         self.monkeypatch.setenv("NEVEREST_NOW", when)
 
     def run(self, name: str, *argv: str) -> str:
+        (self.tmp / name).mkdir(mode=0o700, exist_ok=True)  # a named home must exist
         status = main(["--home", str(self.tmp / name), *argv])
         out = self.capsys.readouterr().out
         assert status == 0, (name, argv, out)

@@ -9,7 +9,7 @@ from typing import Any
 
 from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
 from neverest.peers import table as peer_table
-from neverest.services.control import DAEMON_KEYS
+from neverest.services.status import DAEMON_KEYS
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -33,6 +33,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         last_round = daemon["last_round"]
         print(f"{'peers':<12} {len(daemon['peers'])} address(es); last round "
               + (f"{last_round['at']} with {len(last_round['exchanges'])} peer(s)" if last_round else "none yet"))
+        for warning in daemon.get("warnings") or []:
+            print(f"{'warning':<12} {warning}")
     for key in ("origin", "home", "episodes", "lessons", "records", "forks", "tombstones"):
         print(f"{key:<12} {out[key]}")
     print(f"{'last sleep':<12} {out['last_sleep'] or 'none yet'}")
@@ -111,7 +113,7 @@ def _gossip_here(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             return await gossip.round(fanout=config.fanout, only=args.peer)
         finally:
-            gossip.close()
+            await gossip.aclose()
     try:
         results = trio.run(one_round)
     except peer_table.PeerError as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -69,6 +70,8 @@ class Gossip:
     rng: random.Random
     transport: httpx.AsyncBaseTransport | None = None  # None: the real network
     listen_port: int | None = None  # told to peers, so that they can gossip back; None: not listening
+    # Called with the number of records a peer's request brought (the daemon then judges and renders).
+    on_received: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         self._settings = settings_of(self.config)
@@ -127,6 +130,8 @@ class Gossip:
         elif result.error is None and result.peer is not None and not result.introduced:
             if result.applied.accepted:
                 log.info("received %d record(s) from %s", result.applied.accepted, result.peer)
+                if self.on_received is not None:
+                    self.on_received(result.applied.accepted)
             if self._inbound_due(result.peer, now_s):
                 await trio.to_thread.run_sync(self._inbound, result, host)
         if reply.data is None:
@@ -257,16 +262,7 @@ class Gossip:
 
         Raises ``table.PeerError`` when ``only`` is not a usable address, or is this memory's own.
         """
-        if only is not None:
-            with self._open() as store, store.write() as db:
-                url = table.add(db, only, source="manual", now=self.clock.now(), own_origin=self.identity.origin)
-            chosen: list[tuple[str, str | None]] = [(url, None)]
-        else:
-            with self._open() as store:
-                healthy = table.healthy(store.db, self.clock.now())
-            healthy = [a for a in healthy if a.origin != self.identity.origin]
-            picked = self.rng.sample(healthy, min(fanout, len(healthy)))
-            chosen = [(a.url, a.origin) for a in picked]
+        chosen = await trio.to_thread.run_sync(self._choose, fanout, only)
         results: list[dict[str, Any]] = [{} for _ in chosen]
         async with trio.open_nursery() as nursery:
             for i, (url, origin) in enumerate(chosen):
@@ -274,6 +270,18 @@ class Gossip:
         self._shared_at = None  # what this round learned is shared from now on
         self.last_round = {"at": self.clock.now().isoformat(), "exchanges": results}
         return results
+
+    def _choose(self, fanout: int, only: str | None) -> list[tuple[str, str | None]]:
+        """The round's addresses (SQLite: run in a worker thread, never on the event loop)."""
+        if only is not None:
+            with self._open() as store, store.write() as db:
+                url = table.add(db, only, source="manual", now=self.clock.now(), own_origin=self.identity.origin)
+            return [(url, None)]
+        with self._open() as store:
+            healthy = table.healthy(store.db, self.clock.now())
+        healthy = [a for a in healthy if a.origin != self.identity.origin]
+        picked = self.rng.sample(healthy, min(fanout, len(healthy)))
+        return [(a.url, a.origin) for a in picked]
 
     async def _one(self, url: str, origin: str | None, results: list[dict[str, Any]], i: int) -> None:
         result = await self.exchange(url, origin)

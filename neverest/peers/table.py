@@ -39,7 +39,7 @@ from typing import Final
 
 from neverest.clock import iso
 
-SOURCES: Final = ("manual", "mdns", "directory", "inbound")
+SOURCES: Final = ("manual", "mdns", "directory", "inbound", "config")
 LEARNED_PREFIX: Final = "peer:"  # + the origin of the peer that shared the address
 SELF: Final = "self"
 DEFAULT_PORT: Final = 7428

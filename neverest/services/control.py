@@ -21,29 +21,24 @@ memory service; none re-spells a sequence.  A request's own mistakes raise
 from __future__ import annotations
 
 import logging
-import os
 import re
-import time
 from pathlib import Path
 from typing import Any, Final
 
 import trio
 
-from neverest import __version__
-from neverest.clock import iso
 from neverest.control import serve as serve_socket
 from neverest.memory.service import Memory
 from neverest.peers import table as peer_table
 from neverest.services.gossip import GossipService
-from neverest.services.nightly import next_sleep, night
+from neverest.services.nightly import night
 from neverest.services.state import DaemonState
+from neverest.services.status import daemon_status
 from neverest.transports import commons_client
 from neverest.transports.adapters import CommonsTransport, FolderTransport
 
 log = logging.getLogger("neverestd.control")
 MAX_EVENTS: Final = 10_000
-# The keys of a status answer that only a running daemon knows.
-DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "peers", "last_round", "exchanges")
 _HASH = re.compile(r"[0-9a-f]{32}")
 
 
@@ -74,17 +69,7 @@ class ControlOps:
         return {}
 
     async def op_status(self, request: dict[str, Any]) -> dict[str, Any]:
-        held = await self.state.worker.read(lambda memory: memory.status())
-        peers = await self.state.worker.read(lambda memory: [
-            {"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen, "score": a.score,
-             "ignored_until": a.ignored_until} for a in peer_table.listing(memory.store.db)])
-        daemon = {  # what only a running daemon knows; the rest comes from the store (Memory.status)
-            "version": __version__, "pid": os.getpid(), "uptime_s": round(time.monotonic() - self.state.started, 1),
-            "next_sleep": iso(next_sleep(self.state.clock.now(), self.state.config)),
-            "listen": self.state.listening, "peers": peers, "last_round": self.state.last_round,
-            "exchanges": dict(self.state.exchanges),
-        }
-        return {"status": held | daemon}
+        return {"status": await daemon_status(self.state)}
 
     async def op_remember(self, request: dict[str, Any]) -> dict[str, Any]:
         if "path" in request:

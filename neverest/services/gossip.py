@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -29,15 +30,19 @@ log = logging.getLogger("neverestd.gossip")
 class GossipService:
     def __init__(self, state: DaemonState, rng: random.Random) -> None:
         self.state = state
-        self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng)
+        self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng,
+                             on_received=lambda n: state.settle_soon())
 
-    def close(self) -> None:
-        self.gossip.close()
+    async def aclose(self) -> None:
+        await self.gossip.aclose()
 
     async def respond(self, body: bytes, client: str) -> bytes:
-        answer = await self.gossip.respond(body, client)
+        try:
+            answer = await self.gossip.respond(body, client)
+        except gossip_http.RemoteError:
+            self.state.count_exchange("refused")
+            raise
         self.state.count_exchange("answered")
-        self.state.settle_soon()
         return answer
 
     async def round(self, only: str | None = None) -> list[dict[str, Any]]:
@@ -81,8 +86,8 @@ async def serve_listener(service: GossipService, app: Any, *,
         raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
 
 
-def make_app(service: GossipService) -> gossip_http.GossipApp:
-    return gossip_http.GossipApp(service.respond, max_body_bytes=MAX_MESSAGE_BYTES)
+def make_app(service: GossipService, metrics: Callable[[], Awaitable[str]] | None = None) -> gossip_http.GossipApp:
+    return gossip_http.GossipApp(service.respond, max_body_bytes=MAX_MESSAGE_BYTES, metrics=metrics)
 
 
 async def serve_rounds(service: GossipService, *,

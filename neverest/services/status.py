@@ -1,0 +1,43 @@
+"""The daemon's status (what the store holds, and what only a running daemon knows) and its metrics."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Final
+
+from neverest import __version__
+from neverest.clock import iso
+from neverest.config import config_warnings
+from neverest.memory.service import Memory
+from neverest.metrics import peer_health, render_metrics, snapshot_from_status
+from neverest.peers import table as peer_table
+from neverest.services.nightly import next_sleep
+from neverest.services.state import DaemonState
+
+# The keys of a status answer that only a running daemon knows.
+DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "peers", "last_round", "exchanges",
+                      "warnings")
+
+
+async def daemon_status(state: DaemonState) -> dict[str, Any]:
+    def read(memory: Memory) -> tuple[dict[str, Any], list[peer_table.Address]]:
+        return memory.status(), peer_table.listing(memory.store.db)
+
+    held, addresses = await state.worker.read(read)
+    return held | {
+        "version": __version__, "pid": os.getpid(), "uptime_s": round(time.monotonic() - state.started, 1),
+        "next_sleep": iso(next_sleep(state.clock.now(), state.config)), "listen": state.listening,
+        "peers": [{"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen, "score": a.score,
+                   "ignored_until": a.ignored_until} for a in addresses],
+        "last_round": state.last_round, "exchanges": dict(state.exchanges),
+        "warnings": config_warnings(state.config),
+    }
+
+
+async def metrics_text(state: DaemonState) -> str:
+    """``GET /metrics``: the status in Prometheus text format."""
+    status = await daemon_status(state)
+    addresses = await state.worker.read(lambda memory: peer_table.listing(memory.store.db))
+    health = peer_health(addresses, iso(state.clock.now()))
+    return render_metrics(snapshot_from_status(status, exchanges=state.exchanges, peers=health))
