@@ -23,21 +23,25 @@ from typing import Final
 import numpy as np
 
 from neverest.clock import iso
-from neverest.memory.embed import HASHED_SPACE, Embedder, stack
+from neverest.memory.embed import HASHED_SPACE, Embedder, stack, words
 from neverest.memory.queries import episodes, lessons
 from neverest.memory.sleep import embed_rows
 from neverest.memory.store import Store
 
 RECALL_HALF_LIFE_DAYS: Final = 30.0
 TOUCH_STEP: Final = 0.1
-# The relevance floor, a minimum cosine with the query.  In the hashed space two texts have
-# a cosine above 0 only when they share a word or a word pair (features collide in 256
-# slots, so unrelated texts of ordinary length score about 0.0-0.06); 0.1 asks for about one
-# content word in common between a short query and a gist.  A model's space puts unrelated
-# sentences well above 0 (typically 0.1-0.3 for the small embedding models served locally),
-# so its floor is higher.  tests/test_recall.py holds both ends.
+# The relevance floor, a minimum cosine with the query.  In the hashed space a cosine is above
+# 0 when two texts share a word or a word pair, or when different words collide in one of
+# the 256 slots.  One shared word between a short query and a gist of ten to twenty words
+# scores about 0.2-0.4; 0.1 keeps every such match and drops the cosine-0 rows and most
+# collisions.  Since one collision scores like one shared word, a hashed hit must also share
+# a word with the query (checked on the few top rows only): a query of words the memory
+# never saw returns nothing.  A model's space puts unrelated sentences well above 0
+# (typically 0.1-0.3 for the small embedding models served locally), so its floor is higher.
 HASHED_MIN_COSINE: Final = 0.1
 MODEL_MIN_COSINE: Final = 0.3
+# At most this many rows per hit asked for are read to find hits that share a word.
+_CHECKED_PER_HIT: Final = 10
 
 
 def relevance_floor(space: str) -> float:
@@ -91,17 +95,23 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
     relevant = np.flatnonzero(cosines >= relevance_floor(space))
     if not len(relevant):
         return []
-    k = min(k, len(relevant))
-    top = relevant[np.argpartition(-scores[relevant], k - 1)[:k]]
+    hashed = space == HASHED_SPACE
+    n = min(k * _CHECKED_PER_HIT if hashed else k, len(relevant))
+    top = relevant[np.argpartition(-scores[relevant], n - 1)[:n]]
     top = top[np.argsort(-scores[top], kind="stable")]
-    hits = []
+    query_words = set(words(query))
+    hits: list[Hit] = []
     for i in top.tolist():
+        if len(hits) == k:
+            break
         is_episode = i < len(found_episodes)
         key = rows[i].key
         if is_episode:
             ep_id, kind, text = episodes.shown(store.db, key)
         else:
             ep_id, (kind, text) = str(key), lessons.shown(store.db, key)
+        if hashed and query_words.isdisjoint(words(text)):
+            continue  # a collision of different words in the hashed slots, not a match
         hits.append(Hit(type="episode" if is_episode else "lesson", id=ep_id, kind=kind, text=text,
                         score=round(float(scores[i]), 4), cosine=round(float(cosines[i]), 4),
                         strength=round(float(strengths[i]), 4), at=rows[i].at))
