@@ -280,6 +280,15 @@ class Store:
             self.db.execute("ROLLBACK")
             raise self._explain(exc) from None
 
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every read inside it sees one snapshot, while writers go on (WAL)."""
+        self.db.execute("BEGIN DEFERRED")
+        try:
+            yield self.db
+        finally:
+            self.db.execute("COMMIT")
+
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         value = meta_value(self.db, key)
         return default if value is None else value

@@ -195,6 +195,12 @@ def needing_centroid(db: sqlite3.Connection, space: str) -> list[int]:
         "length(centroid) != length(embedding))", (space,))]
 
 
+def space_of(db: sqlite3.Connection, lesson_id: int) -> str | None:
+    """The space of the lesson's vectors (its centroid's and its sentence's)."""
+    row = db.execute("SELECT space FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def set_centroid(db: sqlite3.Connection, lesson_id: int, centroid: bytes | None) -> None:
     db.execute("UPDATE lessons SET centroid = ? WHERE id = ?", (centroid, lesson_id))
 
