@@ -51,6 +51,15 @@ def test_an_own_lesson_is_recalled_as_soon_as_it_exists(tmp_path: Path) -> None:
     assert lesson_hits[0].cosine > 0.99  # its own sentence, in the space of the night
 
 
+def test_a_lesson_stored_without_its_vector_by_an_older_release_is_recalled(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    remember(store, CORRECTION | {"session": "s1"})
+    [learned] = sleep(store, now=NOW, embedder=HashedEmbedder(), config=Config()).learned
+    store.db.execute("UPDATE lessons SET embedding = NULL")  # as every release before issue 11 left them
+    hits = recall(store, learned["text"], now=NOW, embedder=HashedEmbedder(), touch=False)
+    assert [h.text for h in hits if h.type == "lesson"] == [learned["text"]]
+
+
 def test_a_lesson_learned_in_a_model_space_is_recalled_in_it(tmp_path: Path, model_server: FakeModelServer) -> None:
     store = open_store(tmp_path)
     remember(store, CORRECTION | {"session": "s1"})

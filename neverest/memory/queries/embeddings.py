@@ -24,9 +24,11 @@ class ToEmbed(NamedTuple):
 def needing(db: sqlite3.Connection, table: Table, space: str, limit: int, *, unembedded_only: bool = False,
             unarchived_only: bool = False) -> list[ToEmbed]:
     """Rows of ``table`` whose vector is not in ``space``: never embedded, or (unless
-    ``unembedded_only``) embedded in another space."""
+    ``unembedded_only``) embedded in another space.  A row with a space but no vector is
+    not embedded: releases before issue 11 stored their own lessons so (centroid only)."""
     sql = f"SELECT {_KEY[table]}, {_TEXT[table]} FROM {table} WHERE "
-    sql += "space IS NULL" if unembedded_only else "(space IS NULL OR space != ?)"
+    sql += "(space IS NULL OR embedding IS NULL)" if unembedded_only else \
+        "(space IS NULL OR space != ? OR embedding IS NULL)"
     args: tuple[object, ...] = () if unembedded_only else (space,)
     if unarchived_only and table != "predictions":
         sql += " AND archived = 0"
