@@ -40,8 +40,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
     else:
         print(f"forgot {result.episodes} episode(s); {result.lesson_sources} lesson source(s) and "
               f"{result.predictions} prediction(s) that pointed at them removed")
-        if not result.wal_truncated:
-            print("the write-ahead log is still in use by another process; it is truncated at its next checkpoint")
+        if not (result.vacuumed and result.wal_truncated):
+            print("another process was using the store, so deleted text may remain on disk until a later "
+                  "checkpoint; run the same forget again to finish")
     return 0
 
 

@@ -304,6 +304,15 @@ class Store:
         commits, ``total_changes`` when this one writes."""
         return int(self.db.execute("PRAGMA data_version").fetchone()[0]), self.db.total_changes
 
+    def vacuum(self) -> None:
+        """Rebuild the database file, so that no page keeps a stale copy of deleted content (rows a
+        store moved before ``secure_delete`` was on, in schema version 2 and earlier, may have left
+        one in a page's unused space)."""
+        try:
+            self.db.execute("VACUUM")
+        except sqlite3.OperationalError as exc:
+            raise self._explain(exc) from None
+
     def checkpoint_truncate(self) -> bool:
         """Copy the WAL into the database and truncate it to zero bytes, so that content deleted
         since is no longer in the WAL either.  False when a reader kept it from completing."""
