@@ -158,6 +158,8 @@ def test_second_sleep_does_work_in_proportion_to_what_is_new(store: Store) -> No
         add(store, T0, kind="error", title=f"tool{i} run", happened=f"failure mode {i % 7}", session=f"n{i}")
     second = night(store, T0 + timedelta(hours=1))
     assert second.considered == 10
+    # No lesson's centroid is recomputed night after night (its sources did not change space).
+    assert lesson_queries.needing_centroid(store.db, second.space) == []
     assert second.embedded <= 10 + second.predicted + len(second.learned)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
+from neverest.memory.embed import DIM
 from neverest.memory.queries.episodes import Scored
 
 _SOURCE_COUNT: Final = "(SELECT count(*) FROM lesson_sources s WHERE s.lesson_id = lessons.id)"
@@ -187,12 +188,19 @@ def joined(db: sqlite3.Connection, lesson_id: int, episode_id: str, centroid: by
     add_sources(db, lesson_id, [episode_id])
 
 
+def _dim(column: str) -> str:
+    """SQL for the dimension of a stored vector (embed.to_blob: dense float32, or sparse 5-byte
+    entries over the hashed space's 256 dimensions, whose length is never a multiple of 4)."""
+    return f"(CASE WHEN length({column}) % 4 = 0 THEN length({column}) / 4 ELSE {DIM} END)"
+
+
 def needing_centroid(db: sqlite3.Connection, space: str) -> list[int]:
-    """Lessons with sources whose centroid is missing or in another space than ``space``."""
+    """Lessons with sources whose centroid is missing, in another space than ``space``, or of
+    another dimension than the lesson's sentence vector (a space changed under it)."""
     return [int(r[0]) for r in db.execute(
         "SELECT id FROM lessons WHERE archived = 0 AND EXISTS (SELECT 1 FROM lesson_sources s WHERE "
         "s.lesson_id = lessons.id) AND (centroid IS NULL OR space IS NULL OR space != ? OR "
-        "length(centroid) != length(embedding))", (space,))]
+        f"{_dim('centroid')} != {_dim('embedding')})", (space,))]
 
 
 def space_of(db: sqlite3.Connection, lesson_id: int) -> str | None:
