@@ -1,4 +1,4 @@
-"""Recall: the episodes and lessons a query bears on, scored as in the README (How memory works).
+"""Recall: the episodes and lessons a query bears on, scored as in the README ("Recall").
 
 score = 0.6·cosine + 0.25·2^(−age/30 days) + 0.15·min(strength, 2)/2
 

@@ -9,6 +9,12 @@ Every write goes through ``Store.write()``, a ``BEGIN IMMEDIATE`` transaction:
 taking the write lock up front means a transaction never fails half-way on a
 lock upgrade, and a crash at any point leaves either all of it or none.
 
+``secure_delete`` is on: deleted content is overwritten, so forgetting an episode
+(forget.py) does not leave its text in free space.
+
+This module, ``holdings.py``, ``peers/table.py`` and the ``queries`` package are the
+only ones that run SQL; they return typed rows (tests/test_store_layer.py).
+
 The schema carries its version in ``PRAGMA user_version`` and migrates forward
 one step at a time (``MIGRATIONS[i]`` takes version i to i+1), so a store made
 by any release opens in every later one; a store from a *newer* release is
