@@ -123,6 +123,8 @@ def _run(home: Path, *argv: str) -> int:
 
 def test_the_forget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _filled(tmp_path).close()
+    _run(tmp_path, "forget", "--session", "nobody")  # renders the files as they stand
+    assert "learned here from 2 episode(s)" in (tmp_path / "lessons.md").read_text()
     capsys.readouterr()
     for bad in ([], ["--session", "s1", "--before", "2026-03-03"]):
         with pytest.raises(UsageError):
@@ -132,7 +134,8 @@ def test_the_forget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert _run(tmp_path, "forget", "--before", "2026-03-03", "--json") == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 2
     assert SECRET.encode() not in _on_disk(tmp_path)
-    assert SECRET not in (tmp_path / "lessons.md").read_text()  # rendered again after forgetting
+    rendered = (tmp_path / "lessons.md").read_text()  # rendered again after forgetting
+    assert "learned here from 1 episode(s)" in rendered and SECRET not in rendered
     with open_store(tmp_path) as store:
         assert _ids(store, "s1") == [] and len(_ids(store, "s2")) == 2
 
