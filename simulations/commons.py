@@ -353,12 +353,11 @@ class Run:
             engine.run_round()
             if revocation is not None and self.revocation_rounds is None:
                 self.rounds_since_revocation += 1
-                holding = sum(a.store.db.execute("SELECT 1 FROM records WHERE digest = ?", (revocation,)).fetchone()
-                              is not None for a in engine.agents)
+                holding = sum(holdings.holds(a.store.db, revocation) for a in engine.agents)
                 if holding >= 0.99 * len(engine.agents):
                     self.revocation_rounds = self.rounds_since_revocation
         for i, agent in enumerate(engine.agents):
-            for (digest,) in agent.store.db.execute("SELECT digest FROM records"):
+            for digest in holdings.digests(agent.store.db):
                 rec = w.ledger.by_digest.get(digest)
                 if rec is not None:
                     w.held[i, rec] = True

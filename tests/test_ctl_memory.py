@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from neverest.ctl import main
+from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.store import open_store
 
 
@@ -172,8 +173,8 @@ def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM episodes WHERE pending = 1").fetchone()[0] == 0
         assert db.execute("SELECT count(*) FROM episodes WHERE space IS NULL").fetchone()[0] == 0
         # Every lesson's sources point at episodes that name it (or a theme it merged into).
-        for lesson_id, sources in db.execute("SELECT id, sources FROM lessons WHERE archived = 0"):
-            for source in json.loads(sources):
+        for (lesson_id,) in db.execute("SELECT id FROM lessons WHERE archived = 0").fetchall():
+            for source in lesson_queries.sources(db, lesson_id):
                 owner = db.execute("SELECT lesson_id FROM episodes WHERE id = ?", (source,)).fetchone()
                 assert owner is not None and owner[0] == lesson_id
         assert db.execute("SELECT count(*) FROM sleeps WHERE finished IS NOT NULL").fetchone()[0] >= 1

@@ -12,6 +12,7 @@ import pytest
 from neverest.clock import iso
 from neverest.config import Config
 from neverest.memory import holdings
+from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.receive import receive
 from neverest.memory.store import Store, open_store
 from neverest.records import canonical, lesson_hash, sign_confirm, sign_lesson, sign_revoke
@@ -43,9 +44,9 @@ def take(store: Store, *lines: bytes | None, source: str = "test") -> dict[str, 
 
 
 def row(store: Store) -> tuple[float, list[str], int]:
-    strength, origins, archived = store.db.execute(
-        "SELECT strength, origins, archived FROM lessons WHERE hash = ?", (HASH,)).fetchone()
-    return strength, json.loads(origins), archived
+    lesson_id, strength, archived = store.db.execute(
+        "SELECT id, strength, archived FROM lessons WHERE hash = ?", (HASH,)).fetchone()
+    return strength, lesson_queries.origins(store.db, lesson_id), archived
 
 
 def test_a_received_lesson_becomes_a_candidate(store: Store) -> None:

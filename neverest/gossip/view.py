@@ -19,6 +19,7 @@ from datetime import datetime
 from neverest.config import Config
 from neverest.gossip.codec import HASH_BYTES, Digest, Entry
 from neverest.gossip.core import Run, record_cost, record_digest, seq_hash
+from neverest.memory import holdings
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
 
@@ -29,27 +30,19 @@ class SqliteView:
         self._digest = Digest()
         self._version: tuple[int, int] | None = None
 
-    def _data_version(self) -> tuple[int, int]:
-        # data_version moves when another connection commits; total_changes when this one writes.
-        return int(self.store.db.execute("PRAGMA data_version").fetchone()[0]), self.store.db.total_changes
-
     def digest(self) -> Digest:
-        version = self._data_version()
+        version = self.store.data_version()
         if version == self._version:
             return self._digest
         db = self.store.db
         entries: dict[str, Entry] = {}
-        # With exactly one max(), SQLite takes the bare columns from the row holding the max.
-        for origin, seq, digest, row_id in db.execute(
-                "SELECT origin, MAX(seq), digest, id FROM records WHERE seq IS NOT NULL GROUP BY origin"):
-            if digest is None:  # a row stored before the digest column existed (schema v1)
-                digest = record_digest(bytes(db.execute("SELECT raw FROM records WHERE id = ?",
-                                                        (row_id,)).fetchone()[0])).hex()
-            entries[origin] = (int(seq), bytes.fromhex(digest))
+        for head in holdings.heads(db):
+            digest = head.digest if head.digest is not None else record_digest(holdings.raw_of(db, head.id)).hex()
+            entries[head.origin] = (head.seq, bytes.fromhex(digest))
         forked: dict[str, set[bytes]] = {}
-        for origin, seq, other in db.execute("SELECT origin, seq, other_raw FROM forks"):
+        for origin, seq, other in holdings.fork_evidence(db):
             if entries.get(origin, (0, b""))[0] == seq:
-                forked.setdefault(origin, {entries[origin][1]}).add(record_digest(bytes(other)))
+                forked.setdefault(origin, {entries[origin][1]}).add(record_digest(other))
         for origin, digests in forked.items():
             entries[origin] = (entries[origin][0], seq_hash(digests))
         self._digest = Digest({o: (seq, h[:HASH_BYTES]) for o, (seq, h) in entries.items()})
@@ -57,27 +50,22 @@ class SqliteView:
         return self._digest
 
     def known_at(self, origin: str, seq: int) -> list[bytes]:
-        db = self.store.db
-        kept = [bytes(r[0]) for r in db.execute("SELECT raw FROM records WHERE origin = ? AND seq = ?", (origin, seq))]
-        evidence = [bytes(r[0]) for r in db.execute(
-            "SELECT other_raw FROM forks WHERE origin = ? AND seq = ? ORDER BY received", (origin, seq))]
-        return kept + evidence
+        return holdings.known_at(self.store.db, origin, seq)
 
     def run(self, origin: str, after: int, *, budget_bytes: int, max_records: int) -> Run:
         out: list[bytes] = []
-        cursor = self.store.db.execute("SELECT seq, raw FROM records WHERE origin = ? AND seq > ? ORDER BY seq",
-                                       (origin, after))
+        rows = holdings.run_after(self.store.db, origin, after)
         try:
-            for seq, raw in cursor:
+            for seq, raw in rows:
                 if seq != after + len(out) + 1:
                     return Run(out, False)  # a hole in what this memory holds: nothing more to send from here
                 budget_bytes -= record_cost(raw)
                 if budget_bytes < 0 or len(out) == max_records:
                     return Run(out, True)
-                out.append(bytes(raw))
+                out.append(raw)
             return Run(out, False)
         finally:
-            cursor.close()
+            rows.close()
 
     def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
         if not records:

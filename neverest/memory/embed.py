@@ -133,7 +133,8 @@ def join_threshold(space: str) -> float:
     raise ValueError(f"unknown embedding space {space!r}")
 
 
-def _words(text: str) -> list[str]:
+def words(text: str) -> list[str]:
+    """The words the hashed space sees in ``text``, folded as it folds them."""
     if text.isascii():  # the common case, where the three steps below are just lower()
         return _WORD.findall(text.lower())
     # NFKC makes the composed and decomposed forms of a letter one (macOS writes file names
@@ -161,12 +162,12 @@ def _hashed_matrix(texts: Sequence[str]) -> FloatArray:
     weights: list[float] = []
     for row, text in enumerate(_checked(texts)):
         base = row * DIM
-        words = _words(text)
-        for word in words:
+        tokens = words(text)
+        for word in tokens:
             index, sign = _slot(word)
             cells.append(base + index)
             weights.append(sign)
-        for first, second in pairwise(words):
+        for first, second in pairwise(tokens):
             # Words hold no space, so a bigram feature never equals a word feature.
             index, sign = _slot(f"{first} {second}")
             cells.append(base + index)

@@ -31,6 +31,10 @@ once per (agent, session, kind, title) as the protocol says, a resent event is a
 duplicate rather than a second episode, and two different untitled corrections in
 one session are both kept.
 
+Recall: each event is stored with its gist's vector in the hashed space (local and
+cheap, computed before the insert), so it is recallable at once; a sleep with a model
+moves it to the model's space.
+
 Durability: ``ingest`` returns only after its transactions have committed (the store
 runs ``synchronous=FULL``), so an acknowledged event survives kill -9.  Large inputs
 commit in batches of ``BATCH_EVENTS`` so that other processes wait for the write
@@ -49,6 +53,8 @@ from typing import Any, BinaryIO, Final
 
 from neverest.clock import iso, parse_time
 from neverest.lines import read_lines
+from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, to_blob
+from neverest.memory.queries import episodes
 from neverest.memory.store import Store
 
 EVENT_KINDS: Final = ("correction", "error", "environment", "surprise", "note")
@@ -80,13 +86,6 @@ _KEY_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "note": ("text",),
 }
 _SHOWN_CHARS: Final = 60
-
-_INSERT: Final = (
-    "INSERT OR IGNORE INTO episodes (id, kind, agent, session, cwd, title, said, agent_did, expected,"
-    " happened, text, gist, at, created, strength, pending)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, 1)"
-)
-
 
 class EventError(ValueError):
     """An event was refused.  ``field`` is the field at fault (None for the event as a whole);
@@ -256,23 +255,35 @@ def parse_line(raw: bytes | None, *, now: datetime) -> Event | None:
     return parse_event(obj, now=now)
 
 
-def insert_events(db: sqlite3.Connection, events: Sequence[Event], *, now: datetime) -> int:
+def event_vectors(events: Sequence[Event]) -> list[bytes]:
+    """The events' gists in the hashed space, as stored: an event is recallable as soon as it
+    is stored.  Local and cheap (no model, no network); a sleep with a model re-embeds them."""
+    return [to_blob(v) for v in HashedEmbedder().embed([e.gist for e in events])] if events else []
+
+
+def insert_events(db: sqlite3.Connection, events: Sequence[Event], *, now: datetime,
+                  vectors: Sequence[bytes] | None = None) -> int:
     """Insert ``events`` inside an open write transaction; the number of new episodes.
 
-    An event whose id is already stored is ignored: that is how duplicates are counted.
+    ``vectors`` are ``event_vectors(events)``, computed before the transaction by callers that
+    can; else they are computed here.  An event whose id is already stored is ignored: that
+    is how duplicates are counted.
     """
     created = iso(now)
-    cursor = db.executemany(_INSERT, [
-        (e.id, e.kind, e.agent, e.session, e.cwd, e.title, e.said, e.agent_did, e.expected, e.happened,
-         e.text, e.gist, iso(e.at), created)
-        for e in events
+    blobs = event_vectors(events) if vectors is None else vectors
+    return episodes.insert(db, [
+        episodes.NewEpisode(id=e.id, kind=e.kind, agent=e.agent, session=e.session, cwd=e.cwd, title=e.title,
+                            said=e.said, agent_did=e.agent_did, expected=e.expected, happened=e.happened,
+                            text=e.text, gist=e.gist, at=iso(e.at), created=created, space=HASHED_SPACE,
+                            embedding=blob)
+        for e, blob in zip(events, blobs, strict=True)
     ])
-    return cursor.rowcount
 
 
 def _commit(store: Store, batch: list[Event], now: datetime, result: IngestResult) -> None:
+    vectors = event_vectors(batch)  # before the write lock is taken
     with store.write() as db:
-        stored = insert_events(db, batch, now=now)
+        stored = insert_events(db, batch, now=now, vectors=vectors)
     result.stored += stored
     result.duplicates += len(batch) - stored
 

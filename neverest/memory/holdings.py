@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from neverest.clock import iso
 from neverest.records import Record
@@ -132,3 +133,111 @@ def tombstone(db: sqlite3.Connection, target: str) -> str | None:
 
 def bury(db: sqlite3.Connection, target: str, state: str, now: datetime) -> None:
     db.execute("INSERT OR IGNORE INTO tombstones (hash, state, at) VALUES (?, ?, ?)", (target, state, iso(now)))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    source: str
+    reason: str
+    count: int
+    last: str
+
+
+def refusals(db: sqlite3.Connection) -> list[Refusal]:
+    """What was refused, by source and reason."""
+    return [Refusal(*r) for r in db.execute("SELECT source, reason, count, last FROM refusals ORDER BY source, reason")]
+
+
+def holds(db: sqlite3.Connection, digest: str) -> bool:
+    """Whether a record with these bytes (by ``digest_of``) is held."""
+    return db.execute("SELECT 1 FROM records WHERE digest = ?", (digest,)).fetchone() is not None
+
+
+def digests(db: sqlite3.Connection) -> list[str]:
+    """The digest of every record held."""
+    return [str(r[0]) for r in db.execute("SELECT digest FROM records")]
+
+
+def confirmers(db: sqlite3.Connection, target: str) -> list[str]:
+    """The origins that confirmed lesson ``target``."""
+    return [str(r[0]) for r in db.execute(
+        "SELECT DISTINCT origin FROM records WHERE type = 'confirm' AND target = ?", (target,))]
+
+
+def current_lesson_raw(db: sqlite3.Connection, origin: str, target: str) -> bytes | None:
+    """The bytes of ``origin``'s current (not superseded) lesson record for ``target``."""
+    row = db.execute("SELECT raw FROM records WHERE origin = ? AND target = ? AND type = 'lesson' "
+                     "AND superseded = 0", (origin, target)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def signed_about(db: sqlite3.Connection, origin: str, target: str) -> bool:
+    """Whether ``origin`` signed a lesson or a confirmation of ``target``."""
+    return db.execute("SELECT 1 FROM records WHERE origin = ? AND target = ? AND type IN ('lesson', 'confirm')",
+                      (origin, target)).fetchone() is not None
+
+
+def max_seq(db: sqlite3.Connection, origin: str) -> int:
+    """The highest seq held for ``origin`` (0 when none)."""
+    return int(db.execute("SELECT max(seq) FROM records WHERE origin = ?", (origin,)).fetchone()[0] or 0)
+
+
+def unburied_targets(db: sqlite3.Connection) -> list[str]:
+    """Every lesson hash records name that has no tombstone."""
+    return [str(r[0]) for r in db.execute(
+        "SELECT DISTINCT target FROM records WHERE target NOT IN (SELECT hash FROM tombstones)")]
+
+
+def supporters(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    """Distinct (origin, target) of lessons and confirmations held."""
+    return [(str(o), str(t)) for o, t in db.execute(
+        "SELECT DISTINCT origin, target FROM records WHERE type IN ('lesson', 'confirm')")]
+
+
+# -- what gossip reads (gossip/view.py) -------------------------------------------------
+
+
+class Head(NamedTuple):
+    """An origin's highest seq held, the digest of that record's bytes and its row id."""
+
+    origin: str
+    seq: int
+    digest: str | None  # None for a row stored before the digest column existed (schema v1)
+    id: int
+
+
+def heads(db: sqlite3.Connection) -> list[Head]:
+    # With exactly one max(), SQLite takes the bare columns from the row holding the max.
+    return [Head(str(o), int(s), d, int(i)) for o, s, d, i in db.execute(
+        "SELECT origin, MAX(seq), digest, id FROM records WHERE seq IS NOT NULL GROUP BY origin")]
+
+
+def raw_of(db: sqlite3.Connection, record_id: int) -> bytes:
+    return bytes(db.execute("SELECT raw FROM records WHERE id = ?", (record_id,)).fetchone()[0])
+
+
+def fork_evidence(db: sqlite3.Connection) -> list[tuple[str, int, bytes]]:
+    """(origin, seq, other record's bytes) of every fork held."""
+    return [(str(o), int(s), bytes(r)) for o, s, r in db.execute("SELECT origin, seq, other_raw FROM forks")]
+
+
+def known_at(db: sqlite3.Connection, origin: str, seq: int) -> list[bytes]:
+    """The record held at (origin, seq), then any fork evidence for it, oldest first."""
+    kept = [bytes(r[0]) for r in db.execute("SELECT raw FROM records WHERE origin = ? AND seq = ?", (origin, seq))]
+    return kept + [bytes(r[0]) for r in db.execute(
+        "SELECT other_raw FROM forks WHERE origin = ? AND seq = ? ORDER BY received", (origin, seq))]
+
+
+def run_after(db: sqlite3.Connection, origin: str, after: int) -> Generator[tuple[int, bytes], None, None]:
+    """(seq, bytes) of ``origin``'s records after ``after``, in seq order, read lazily: a reader
+    that stops early stops the read."""
+    cursor = db.execute("SELECT seq, raw FROM records WHERE origin = ? AND seq > ? ORDER BY seq", (origin, after))
+    try:
+        for seq, raw in cursor:
+            yield int(seq), bytes(raw)
+    finally:
+        cursor.close()
+
+
+def count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT count(*) FROM records").fetchone()[0])

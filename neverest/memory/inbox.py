@@ -68,7 +68,7 @@ from neverest.memory.events import (
     insert_events,
     parse_line,
 )
-from neverest.memory.store import Store
+from neverest.memory.store import Store, meta_value
 from neverest.paths import INBOX_FILE
 
 ROTATE_BYTES: Final = 1024 * 1024
@@ -94,9 +94,9 @@ class _Cursor:
 
 
 def _load(db: sqlite3.Connection, key: str) -> _Cursor | None:
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    value = meta_value(db, key)
     try:
-        fields = json.loads(row[0]) if row is not None else None
+        fields = json.loads(value) if value is not None else None
         if fields is None:
             return None
         return _Cursor(ino=int(fields["ino"]), offset=int(fields["offset"]), line=int(fields["line"]),

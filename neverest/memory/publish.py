@@ -27,7 +27,9 @@ from pathlib import Path
 from neverest.clock import iso
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.store import Store
+from neverest.memory.queries import lessons
+from neverest.memory.queries import projects as projects_table
+from neverest.memory.store import Store, meta_value
 from neverest.records import Record, sign_confirm, sign_lesson, sign_revoke
 
 
@@ -38,26 +40,24 @@ def _project_path(path: str | os.PathLike[str]) -> str:
 def opt_in(store: Store, path: str | os.PathLike[str], *, corrections: bool, now: datetime) -> str:
     project = _project_path(path)
     with store.write() as db:
-        db.execute("INSERT INTO projects (path, corrections, since) VALUES (?, ?, ?) ON CONFLICT(path) DO UPDATE "
-                   "SET corrections = excluded.corrections", (project, int(corrections), iso(now)))
+        projects_table.opt_in(db, project, corrections, iso(now))
     return project
 
 
 def opt_out(store: Store, path: str | os.PathLike[str]) -> bool:
     with store.write() as db:
-        return db.execute("DELETE FROM projects WHERE path = ?", (_project_path(path),)).rowcount > 0
+        return projects_table.opt_out(db, _project_path(path))
 
 
 def projects(store: Store) -> list[tuple[str, bool]]:
-    return [(str(p), bool(c)) for p, c in store.db.execute("SELECT path, corrections FROM projects ORDER BY path")]
+    return [(p.path, p.corrections) for p in projects_table.listing(store.db)]
 
 
 def _sign_next(db: sqlite3.Connection, origin: str, build: Callable[[int], Record], now: datetime) -> Record:
-    row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+    counter = meta_value(db, "seq")
     # After a restore from backup the counter may lag behind this memory's own records that
     # peers hand back; signing a seq already used would make this memory fork itself.
-    held = db.execute("SELECT max(seq) FROM records WHERE origin = ?", (origin,)).fetchone()[0]
-    seq = max(int(row[0]) if row else 0, held or 0) + 1
+    seq = max(int(counter) if counter else 0, holdings.max_seq(db, origin)) + 1
     Store.set_meta(db, "seq", str(seq))
     record = build(seq)
     holdings.put(db, record, source=holdings.OWN_SOURCE, now=now)
@@ -77,11 +77,8 @@ def _confirm_record(identity: Identity, target: str, at: str, seq: int) -> Recor
 def publishable(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
     """(hash, kind, text, seen, strength) of this memory's lessons the owner chose to share."""
     out = []
-    chosen = db.execute("SELECT path, corrections FROM projects").fetchall()
-    for digest, kind, text, seen, strength, cwd in db.execute(
-        "SELECT hash, kind, text, seen, strength, cwd FROM lessons WHERE origin = '' AND archived = 0 "
-        "AND hash NOT IN (SELECT hash FROM tombstones)"
-    ):
+    chosen = [(p.path, p.corrections) for p in projects_table.listing(db)]
+    for digest, kind, text, seen, strength, cwd in lessons.own_untombstoned(db):
         for path, corrections in chosen:
             inside = cwd == path or cwd.startswith(path.rstrip("/") + "/")
             if inside and (kind != "correction" or corrections):
@@ -96,11 +93,9 @@ def publish(store: Store, identity: Identity, now: datetime) -> list[Record]:
     with store.write() as db:
         for digest, kind, text, seen, strength in publishable(db):
             rounded = round(strength, 1)
-            current = db.execute(
-                "SELECT raw FROM records WHERE origin = ? AND target = ? AND type = 'lesson' AND superseded = 0",
-                (identity.origin, digest)).fetchone()
+            current = holdings.current_lesson_raw(db, identity.origin, digest)
             if current is not None:
-                held = json.loads(current[0])
+                held = json.loads(current)
                 if held["seen"] == seen and held["strength"] == rounded:
                     continue
             signed.append(_sign_next(db, identity.origin, functools.partial(
@@ -113,7 +108,7 @@ def revoke(store: Store, identity: Identity, target: str, now: datetime) -> Reco
     with store.write() as db:
         record = _sign_next(db, identity.origin,
                             lambda seq: sign_revoke(identity.signing_key, target, at=iso(now), seq=seq), now)
-        db.execute("UPDATE lessons SET archived = 1, updated = ? WHERE hash = ? AND origin = ''", (iso(now), target))
+        lessons.archive(db, target, origin="", now=iso(now))
         holdings.bury(db, target, "revoked", now)
     return record
 
@@ -128,13 +123,11 @@ def confirm_received(store: Store, identity: Identity, lesson_ids: list[int], no
     signed = []
     with store.write() as db:
         for lesson_id in lesson_ids:
-            row = db.execute("SELECT hash, origin FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
+            row = lessons.identity(db, lesson_id)
             if row is None or row[1] in ("", identity.origin):
                 continue
             digest = row[0]
-            mine = db.execute("SELECT 1 FROM records WHERE origin = ? AND target = ? AND type IN ('lesson', 'confirm')",
-                              (identity.origin, digest)).fetchone()
-            if mine is None:
+            if not holdings.signed_about(db, identity.origin, digest):
                 signed.append(_sign_next(db, identity.origin,
                                          functools.partial(_confirm_record, identity, digest, iso(now)), now))
     return signed

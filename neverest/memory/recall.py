@@ -1,25 +1,51 @@
-"""Recall: the episodes and lessons a query bears on, scored as in seeds/001.
+"""Recall: the episodes and lessons a query bears on, scored as in the README ("Recall").
 
 score = 0.6·cosine + 0.25·2^(−age/30 days) + 0.15·min(strength, 2)/2
 
-over every unarchived episode and lesson whose vector is in the query's space.
-The episodes returned are touched (+0.1 strength, +1 recall): what is recalled
-is used, and what is used decays more slowly.
+over every unarchived episode and lesson whose vector is in the query's space and whose
+cosine with the query reaches the relevance floor (``relevance_floor``): a query that
+shares nothing with the memory returns nothing, rather than the most recent rows at
+cosine 0.  The episodes returned are touched (+0.1 strength, +1 recall): what is
+recalled is used, and what is used decays more slowly.
+
+Everything stored is recallable at once: events are stored with a hashed vector and
+lessons with their sentence's vector.  With a model embedder, the rows not yet in the
+model's space are embedded before ranking (the model called with no transaction open,
+then the vectors written); a model that does not answer leaves recall in the hashed space.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Final
 
 import numpy as np
 
 from neverest.clock import iso
-from neverest.memory.embed import Embedder, stack
+from neverest.memory.embed import HASHED_SPACE, Embedder, stack, words
+from neverest.memory.queries import episodes, lessons
+from neverest.memory.sleep import embed_rows
 from neverest.memory.store import Store
 
-RECALL_HALF_LIFE_DAYS = 30.0
-TOUCH_STEP = 0.1
+RECALL_HALF_LIFE_DAYS: Final = 30.0
+TOUCH_STEP: Final = 0.1
+# The relevance floor, a minimum cosine with the query.  In the hashed space a cosine is above
+# 0 when two texts share a word or a word pair, or when different words collide in one of
+# the 256 slots.  One shared word between a short query and a gist of ten to twenty words
+# scores about 0.2-0.4; 0.1 keeps every such match and drops the cosine-0 rows and most
+# collisions.  Since one collision scores like one shared word, a hashed hit must also share
+# a word with the query (checked on the few top rows only): a query of words the memory
+# never saw returns nothing.  A model's space puts unrelated sentences well above 0
+# (typically 0.1-0.3 for the small embedding models served locally), so its floor is higher.
+HASHED_MIN_COSINE: Final = 0.1
+MODEL_MIN_COSINE: Final = 0.3
+# At most this many rows per hit asked for are read to find hits that share a word.
+_CHECKED_PER_HIT: Final = 10
+
+
+def relevance_floor(space: str) -> float:
+    return HASHED_MIN_COSINE if space == HASHED_SPACE else MODEL_MIN_COSINE
 
 
 @dataclass(frozen=True)
@@ -37,48 +63,60 @@ class Hit:
         return asdict(self)
 
 
+def catch_up(store: Store, embedder: Embedder) -> int:
+    """Embed the unarchived episodes and lessons recall would miss; how many were embedded.
+
+    In the hashed space only rows never embedded; in a model's space every row not in it,
+    stopping as soon as the model fails (the store is not moved back to the hashed space).
+    """
+    hashed = embedder.space == HASHED_SPACE
+    return sum(embed_rows(store, embedder, table, unembedded_only=hashed, unarchived_only=True,
+                          stop_on_fallback=True) for table in ("episodes", "lessons"))
+
+
 def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: int = 5,
            touch: bool = True) -> list[Hit]:
-    """The top ``k`` episodes and lessons for ``query``; touches the episodes returned."""
-    q = embedder.embed([query])[0]
+    """The top ``k`` episodes and lessons for ``query`` at or above the relevance floor;
+    touches the episodes returned."""
+    catch_up(store, embedder)
+    space, vectors = embedder.embed_with_space([query])
+    q = vectors[0]
     # Score on the narrow columns first; read the texts of the top k only.
-    # Ages in days are computed by SQLite (julianday), far faster than parsing 10 000 strings here.
     day = iso(now)
-    episodes = store.db.execute(
-        "SELECT rowid, strength, max(julianday(?) - julianday(at), 0), embedding, at FROM episodes "
-        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (day, embedder.space),
-    ).fetchall()
-    lessons = store.db.execute(
-        "SELECT id, strength, max(julianday(?) - julianday(updated), 0), embedding, updated FROM lessons "
-        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (day, embedder.space),
-    ).fetchall()
-    rows = episodes + lessons
+    found_episodes = episodes.recall_scan(store.db, day, space)
+    rows = found_episodes + lessons.recall_scan(store.db, day, space)
     if not rows or k < 1:
         return []
-    cosines = stack([r[3] for r in rows], len(q)) @ q
-    ages = np.array([r[2] for r in rows], dtype=np.float64)
+    cosines = stack([r.embedding for r in rows], len(q)) @ q
+    ages = np.array([r.age_days for r in rows], dtype=np.float64)
     recency = np.power(2.0, -ages / RECALL_HALF_LIFE_DAYS)
-    strengths = np.array([r[1] for r in rows], dtype=np.float64)
+    strengths = np.array([r.strength for r in rows], dtype=np.float64)
     scores = 0.6 * cosines + 0.25 * recency + 0.15 * np.minimum(strengths, 2.0) / 2.0
-    k = min(k, len(rows))
-    top = np.argpartition(-scores, k - 1)[:k]
+    relevant = np.flatnonzero(cosines >= relevance_floor(space))
+    if not len(relevant):
+        return []
+    hashed = space == HASHED_SPACE
+    n = min(k * _CHECKED_PER_HIT if hashed else k, len(relevant))
+    top = relevant[np.argpartition(-scores[relevant], n - 1)[:n]]
     top = top[np.argsort(-scores[top], kind="stable")]
-    hits = []
+    query_words = set(words(query))
+    hits: list[Hit] = []
     for i in top.tolist():
-        is_episode = i < len(episodes)
-        key = rows[i][0]
+        if len(hits) == k:
+            break
+        is_episode = i < len(found_episodes)
+        key = rows[i].key
         if is_episode:
-            ep_id, kind, text = store.db.execute("SELECT id, kind, gist FROM episodes WHERE rowid = ?",
-                                                 (key,)).fetchone()
+            ep_id, kind, text = episodes.shown(store.db, key)
         else:
-            ep_id, (kind, text) = str(key), store.db.execute("SELECT kind, text FROM lessons WHERE id = ?",
-                                                            (key,)).fetchone()
+            ep_id, (kind, text) = str(key), lessons.shown(store.db, key)
+        if hashed and query_words.isdisjoint(words(text)):
+            continue  # a collision of different words in the hashed slots, not a match
         hits.append(Hit(type="episode" if is_episode else "lesson", id=ep_id, kind=kind, text=text,
                         score=round(float(scores[i]), 4), cosine=round(float(cosines[i]), 4),
-                        strength=round(float(strengths[i]), 4), at=rows[i][4]))
-    touched = [(TOUCH_STEP, iso(now), h.id) for h in hits if h.type == "episode"]
+                        strength=round(float(strengths[i]), 4), at=rows[i].at))
+    touched = [h.id for h in hits if h.type == "episode"]
     if touch and touched:
         with store.write() as db:
-            db.executemany("UPDATE episodes SET strength = strength + ?, recalls = recalls + 1, last_touched = ? "
-                           "WHERE id = ?", touched)
+            episodes.touch(db, touched, TOUCH_STEP, iso(now))
     return hits

@@ -29,7 +29,6 @@ and a record is acknowledged (counted as accepted) only once committed.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -53,6 +52,7 @@ from neverest.memory.embed import (
     stack,
     to_blob,
 )
+from neverest.memory.queries import lessons
 from neverest.memory.store import Store
 from neverest.records import Record, RecordError, parse_many
 
@@ -84,19 +84,10 @@ class ReceiveResult:
         self.refused.update(other.refused)
 
 
-def _origins(db: sqlite3.Connection, lesson_id: int) -> list[str]:
-    return list(json.loads(db.execute("SELECT origins FROM lessons WHERE id = ?", (lesson_id,)).fetchone()[0]))
-
-
 def _raise(db: sqlite3.Connection, lesson_id: int, origin: str, config: Config, now: datetime) -> bool:
     """Count ``origin`` once for the lesson; True when it was new."""
-    origins = _origins(db, lesson_id)
-    if origin in origins:
-        return False
-    origins.append(origin)
-    db.execute("UPDATE lessons SET origins = ?, strength = min(strength + ?, ?), updated = ? WHERE id = ?",
-               (json.dumps(origins), config.confirm_step, config.strength_cap, iso(now), lesson_id))
-    return True
+    return lessons.count_origin(db, lesson_id, origin, step=config.confirm_step, cap=config.strength_cap,
+                                now=iso(now))
 
 
 def layer_of(origin: str, config: Config) -> str:
@@ -114,9 +105,7 @@ class _MeaningIndex:
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._rows: dict[str, VectorRows] = {}
-        rows = db.execute(
-            "SELECT id, kind, COALESCE(centroid, embedding) FROM lessons WHERE archived = 0 AND space = ? "
-            "AND COALESCE(centroid, embedding) IS NOT NULL", (HASHED_SPACE,)).fetchall()
+        rows = lessons.meaning_vectors(db, HASHED_SPACE)
         if rows:
             matrix = stack([r[2] for r in rows], DIM)
             for (lesson_id, kind, _), vector in zip(rows, matrix, strict=True):
@@ -139,21 +128,16 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
                   result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None) -> None:
     if record.origin == own_origin:
         return
-    # One round trip: is the hash tombstoned, did this origin already revoke it, and which
-    # lesson here holds it (this memory's own first)?
-    buried, revoked, held_id, held_origin = db.execute(
-        "SELECT EXISTS (SELECT 1 FROM tombstones WHERE hash = :h), "
-        "EXISTS (SELECT 1 FROM records WHERE type = 'revoke' AND origin = :o AND target = :h), "
-        "id, origin FROM (SELECT 1) LEFT JOIN (SELECT id, origin FROM lessons WHERE hash = :h AND archived = 0 "
-        "ORDER BY origin != '', id LIMIT 1)", {"h": record.target, "o": record.origin}).fetchone()
-    if buried or revoked:
+    # Is the hash tombstoned, did this origin already revoke it, and which lesson here holds
+    # it (this memory's own first)?
+    met = lessons.arrival(db, record.target, record.origin)
+    if met.buried or met.revoked:
         return
     fields = record.fields
-    held = None if held_id is None else (held_id, held_origin)
-    if held is not None:
-        if held[1] == record.origin:  # a newer version from its publisher: its count of surprises
-            db.execute("UPDATE lessons SET seen = ? WHERE id = ?", (fields["seen"], held[0]))
-        elif _raise(db, held[0], record.origin, config, now):
+    if met.held_id is not None:
+        if met.held_origin == record.origin:  # a newer version from its publisher: its count of surprises
+            lessons.set_seen(db, met.held_id, fields["seen"])
+        elif _raise(db, met.held_id, record.origin, config, now):
             result.corroborated += 1
         return
     if vector is None:
@@ -165,25 +149,21 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         return
     # Embedded at once in the hashed space, so that the next record with the same meaning
     # is recognised before any sleep (a sleep in a model's space re-embeds it).
-    cursor = db.execute(
-        "INSERT INTO lessons (hash, kind, text, strength, seen, created, updated, origin, origins, layer, space, "
-        "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (record.target, fields["kind"], fields["text"], CANDIDATE_STRENGTH, fields["seen"], iso(now), iso(now),
-         record.origin, json.dumps([record.origin]), layer_of(record.origin, config), HASHED_SPACE, to_blob(vector)))
+    lesson_id = lessons.create(db, lessons.NewLesson(
+        hash=record.target, kind=fields["kind"], text=fields["text"], cwd="", strength=CANDIDATE_STRENGTH,
+        seen=fields["seen"], created=iso(now), origin=record.origin, layer=layer_of(record.origin, config),
+        space=HASHED_SPACE, embedding=to_blob(vector), centroid=None, origins=[record.origin]))
     result.candidates += 1
-    lesson_id = int(cursor.lastrowid or 0)
     index.add(fields["kind"], lesson_id, vector)
     # Confirmations that arrived before the lesson count now.
-    for (confirmer,) in db.execute("SELECT DISTINCT origin FROM records WHERE type = 'confirm' AND target = ?",
-                                   (record.target,)).fetchall():
+    for confirmer in holdings.confirmers(db, record.target):
         if confirmer not in (record.origin, own_origin) and _raise(db, lesson_id, confirmer, config, now):
             result.confirmed += 1
 
 
 def _apply_confirm(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
                    result: ReceiveResult) -> None:
-    held = db.execute("SELECT id, origin FROM lessons WHERE hash = ? AND archived = 0", (record.target,)).fetchall()
-    for lesson_id, publisher in held:
+    for lesson_id, publisher in lessons.held(db, record.target):
         # A publisher confirming its own lesson does not count; nor does this memory
         # counting its own confirmations twice.
         if record.origin in (publisher, own_origin):
@@ -193,9 +173,7 @@ def _apply_confirm(db: sqlite3.Connection, record: Record, own_origin: str, conf
 
 
 def _apply_revoke(db: sqlite3.Connection, record: Record, now: datetime, result: ReceiveResult) -> None:
-    cursor = db.execute("UPDATE lessons SET archived = 1, updated = ? WHERE hash = ? AND origin = ? AND archived = 0",
-                        (iso(now), record.target, record.origin))
-    result.revoked += cursor.rowcount
+    result.revoked += lessons.archive(db, record.target, origin=record.origin, now=iso(now))
 
 
 def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
@@ -235,11 +213,11 @@ class Receiver:
         """Lines not held yet.  A line whose exact bytes are held was verified when it was
         stored: skipping it before verification makes re-reading a folder or a peer's
         answer cost an index look-up per record instead of a signature check."""
-        held = self.store.db.execute
+        db = self.store.db
         for line in lines:
             if line is not None:
                 raw = line.encode("utf-8") if isinstance(line, str) else line
-                if held("SELECT 1 FROM records WHERE digest = ?", (holdings.digest_of(raw),)).fetchone():
+                if holdings.holds(db, holdings.digest_of(raw)):
                     result.duplicates += 1
                     continue
             yield None, line

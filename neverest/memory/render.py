@@ -13,11 +13,13 @@ leaves either the old version or the new one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from neverest.files import atomic_write
+from neverest.memory.queries import lessons, sleeps
 from neverest.memory.store import Store
 from neverest.paths import LESSONS_FILE
 
@@ -27,27 +29,11 @@ MORNING_MD = "morning.md"
 
 def lesson_rows(store: Store, *, kind: str | None = None, include_archived: bool = False,
                 target: str | None = None) -> list[dict[str, Any]]:
-    """Lessons as dictionaries, strongest first."""
-    sql = ("SELECT id, hash, kind, text, seen, strength, updated, created, origin, sources, cwd, layer, archived "
-           "FROM lessons WHERE 1 = 1")
-    args: list[Any] = []
-    if not include_archived:
-        sql += " AND archived = 0"
-    if kind:
-        sql += " AND kind = ?"
-        args.append(kind)
-    if target:
-        sql += " AND hash = ?"
-        args.append(target)
-    sql += " ORDER BY strength DESC, id"
-    keys = ("id", "hash", "kind", "text", "seen", "strength", "updated", "created", "origin", "sources", "project",
-            "layer", "archived")
+    """Lessons as dictionaries, strongest first; ``sources`` is how many episodes a lesson was learned from."""
     out = []
-    for row in store.db.execute(sql, args):
-        item = dict(zip(keys, row, strict=True))
-        item["sources"] = len(json.loads(item["sources"]))
+    for row in lessons.rows(store.db, kind=kind, include_archived=include_archived, target=target):
+        item = dataclasses.asdict(row)
         item["strength"] = round(item["strength"], 4)
-        item["archived"] = bool(item["archived"])
         out.append(item)
     return out
 
@@ -105,12 +91,11 @@ def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
 
 
 def morning_report(store: Store) -> str:
-    row = store.db.execute(
-        "SELECT started, report FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
-    if row is None:
+    last = sleeps.last_finished(store.db)
+    if last is None:
         return "# Morning report\n\nNo sleep has run yet.\n"
-    report = json.loads(row[1])
-    out = [f"# Morning report: sleep of {row[0][:16].replace('T', ' ')} UTC", ""]
+    report = json.loads(last.report)
+    out = [f"# Morning report: sleep of {last.started[:16].replace('T', ' ')} UTC", ""]
     out.append(f"- learned {len(report['learned'])} lesson(s); {report['joined']} episode(s) joined existing lessons")
     for item in report["learned"]:
         out.append(f"  - {item['kind']}: {item['text']}")

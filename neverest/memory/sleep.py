@@ -1,4 +1,4 @@
-"""Sleep: the passes that turn episodes into lessons, in order (seeds/001, DESIGN §6).
+"""Sleep: the passes that turn episodes into lessons, in order (README, "Sleep: episodes become lessons").
 
 1. embed        every episode, lesson and open prediction not yet in the current space
 2. decay        strength × 2^(−days/45) for the whole days since decay last ran (each day
@@ -13,6 +13,10 @@
                 after they were made at cosine ≥ 0.5; they fail after 14 days
 6. predict      one open prediction per lesson with strength ≥ 1
 
+Models are called before writing, never inside a write transaction: a slow model
+must not hold the store's write lock (a daemon's receive, a CLI's remember wait for
+it).  Each pass decides and phrases first, then commits what it decided.
+
 Each pass commits its own transactions, and every pass is idempotent, so a sleep
 killed at any point leaves a consistent store and the next sleep completes the
 work.  Consolidation looks only at pending (new) episodes and merging only at the
@@ -25,8 +29,10 @@ this implementation's choice; the thresholds come from the sources.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,6 +45,8 @@ from neverest.config import Config
 from neverest.memory.embed import VERIFY_COSINE, Embedder, VectorRows, from_blob, join_threshold, to_blob
 from neverest.memory.model import Writer
 from neverest.memory.phrasing import observation
+from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
+from neverest.memory.queries.embeddings import Table
 from neverest.memory.store import Store
 from neverest.records import lesson_hash
 from neverest.safety import imperative_reason
@@ -46,6 +54,7 @@ from neverest.safety import imperative_reason
 Vector = npt.NDArray[np.float32]
 CONSOLIDATING_KINDS = ("correction", "error", "surprise")
 _BATCH = 500
+_Write = Callable[[sqlite3.Connection], None]
 
 
 @dataclass
@@ -76,52 +85,48 @@ class SleepReport:
 # -- 1. embed -------------------------------------------------------------------------
 
 
-def _embed_table(store: Store, embedder: Embedder, table: str, text_col: str) -> int:
+def embed_rows(store: Store, embedder: Embedder, table: Table, *, unembedded_only: bool = False,
+               unarchived_only: bool = False, stop_on_fallback: bool = False) -> int:
+    """Embed the rows of ``table`` not in the embedder's space: the model is called with no
+    transaction open, then each batch's vectors are written.  How many rows were embedded.
+
+    ``stop_on_fallback``: stop when a model fails and answers from the hashed space instead of
+    re-embedding in it every row already in the model's space (recall does not flip a store)."""
     done = 0
+    target = embedder.space
     while True:
-        rows = store.db.execute(
-            f"SELECT id, {text_col} FROM {table} WHERE space IS NULL OR space != ? LIMIT ?",
-            (embedder.space, _BATCH),
-        ).fetchall()
+        rows = embeddings.needing(store.db, table, embedder.space, _BATCH, unembedded_only=unembedded_only,
+                                  unarchived_only=unarchived_only)
         if not rows:
             return done
         # A model that fails mid-run answers from the hashed space from then on; each
         # batch is tagged with the space its vectors are really in.
-        space, vectors = embedder.embed_with_space([r[1] for r in rows])
+        space, vectors = embedder.embed_with_space([r.text for r in rows])
         with store.write() as db:
-            db.executemany(
-                f"UPDATE {table} SET space = ?, embedding = ? WHERE id = ?",
-                [(space, to_blob(v), r[0]) for r, v in zip(rows, vectors, strict=True)],
-            )
+            embeddings.store(db, table, [(space, to_blob(v), r.id) for r, v in zip(rows, vectors, strict=True)])
         done += len(rows)
+        if stop_on_fallback and space != target:
+            return done
 
 
 def _recentre_lessons(store: Store, embedder: Embedder) -> None:
     """Recompute lesson centroids whose sources moved to another space."""
-    rows = store.db.execute(
-        "SELECT id, sources FROM lessons WHERE archived = 0 AND sources != '[]' AND "
-        "(centroid IS NULL OR space IS NULL OR space != ? OR length(centroid) != length(embedding))",
-        (embedder.space,),
-    ).fetchall()
-    for lesson_id, sources in rows:
-        centroid = _mean_of(store.db, json.loads(sources), embedder.space)
+    for lesson_id in lessons.needing_centroid(store.db, embedder.space):
+        centroid = _mean_of(store.db, lessons.sources(store.db, lesson_id), embedder.space)
         if centroid is not None:
             with store.write() as db:
-                db.execute("UPDATE lessons SET centroid = ? WHERE id = ?", (to_blob(centroid), lesson_id))
+                lessons.set_centroid(db, lesson_id, to_blob(centroid))
 
 
 def _mean_of(db: sqlite3.Connection, episode_ids: list[str], space: str) -> Vector | None:
-    vectors = [from_blob(row[0]) for row in db.execute(
-        f"SELECT embedding FROM episodes WHERE space = ? AND id IN ({','.join('?' * len(episode_ids))})",
-        (space, *episode_ids),
-    )]
+    vectors = [from_blob(blob) for blob in episodes.vectors_of(db, episode_ids, space)]
     return np.mean(vectors, axis=0).astype(np.float32) if vectors else None
 
 
 def embed_pass(store: Store, embedder: Embedder) -> int:
-    done = _embed_table(store, embedder, "episodes", "gist")
-    done += _embed_table(store, embedder, "lessons", "text")
-    done += _embed_table(store, embedder, "predictions", "text")
+    done = embed_rows(store, embedder, "episodes")
+    done += embed_rows(store, embedder, "lessons")
+    done += embed_rows(store, embedder, "predictions")
     _recentre_lessons(store, embedder)
     return done
 
@@ -140,15 +145,8 @@ def decay_pass(store: Store, now: datetime, config: Config, report: SleepReport)
         if days <= 0:  # the same day, or a clock that went back: nothing to count
             return
         factor = 2.0 ** (-days / config.decay_half_life_days)
-        db.execute("UPDATE episodes SET strength = strength * ? WHERE archived = 0", (factor,))
-        db.execute("UPDATE lessons SET strength = strength * ? WHERE archived = 0", (factor,))
-        report.archived_episodes = db.execute(
-            "UPDATE episodes SET archived = 1 WHERE archived = 0 AND strength < ?", (config.archive_below,)
-        ).rowcount
-        report.archived_lessons = db.execute(
-            "UPDATE lessons SET archived = 1, updated = ? WHERE archived = 0 AND strength < ?",
-            (iso(now), config.archive_below),
-        ).rowcount
+        report.archived_episodes = episodes.decay(db, factor, config.archive_below)
+        report.archived_lessons = lessons.decay(db, factor, config.archive_below, iso(now))
         Store.set_meta(db, "last_decay_day", today.isoformat())
         report.decay_days = days
 
@@ -159,75 +157,81 @@ def decay_pass(store: Store, now: datetime, config: Config, report: SleepReport)
 @dataclass
 class _Lesson:
     id: int
-    sources: list[str]
+    sources: int  # how many episodes it was learned from
     centroid: Vector
 
 
 class _Consolidator:
+    """Decides in memory, episode by episode, and queues the writes; they are committed at the
+    end of each batch, and before a new lesson is inserted (its id is needed).  The sentence of
+    a new lesson is phrased, and embedded, before that write: never inside it."""
+
     def __init__(self, store: Store, space: str, now: datetime, config: Config, writer: Writer | None,
-                 report: SleepReport) -> None:
+                 embedder: Embedder, report: SleepReport) -> None:
         self.store, self.space, self.now, self.config = store, space, now, config
-        self.writer, self.report = writer, report
+        self.writer, self.embedder, self.report = writer, embedder, report
         self.threshold = join_threshold(space)
         self.lessons: dict[str, VectorRows] = {}
         self.lesson_info: dict[int, _Lesson] = {}
         self.waiting: dict[str, VectorRows] = {}
         self.changed: set[int] = set()
         self.new_waiting: set[str] = set()  # tonight's episodes still waiting for a repeat
+        self.writes: list[_Write] = []
 
     def _load(self, dim: int) -> None:
         db = self.store.db
         for kind in CONSOLIDATING_KINDS:
             self.lessons[kind] = VectorRows(dim)
             self.waiting[kind] = VectorRows(dim)
-        for lesson_id, kind, sources, blob in db.execute(
-            "SELECT id, kind, sources, centroid FROM lessons WHERE archived = 0 AND origin = '' "
-            "AND centroid IS NOT NULL AND space = ?", (self.space,)
-        ):
-            centroid = from_blob(blob)
-            if kind in self.lessons and centroid.shape == (dim,):
-                info = _Lesson(lesson_id, json.loads(sources), centroid)
-                self.lesson_info[lesson_id] = info
-                self.lessons[kind].add(lesson_id, info.centroid)
+        for row in lessons.own_centroids(db, self.space):
+            centroid = from_blob(row.centroid)
+            if row.kind in self.lessons and centroid.shape == (dim,):
+                info = _Lesson(row.id, row.sources, centroid)
+                self.lesson_info[row.id] = info
+                self.lessons[row.kind].add(row.id, info.centroid)
         # Episodes already considered that wait for a repeat (errors, surprises).
-        for ep_id, kind, blob in db.execute(
-            "SELECT id, kind, embedding FROM episodes WHERE pending = 0 AND lesson_id IS NULL AND archived = 0 "
-            "AND kind IN ('error', 'surprise', 'correction') AND space = ?", (self.space,)
-        ):
-            vector = from_blob(blob)
+        for ep in episodes.waiting(db, self.space, CONSOLIDATING_KINDS):
+            vector = from_blob(ep.embedding)
             if vector.shape == (dim,):
-                self.waiting[kind].add(ep_id, vector)
+                self.waiting[ep.kind].add(ep.id, vector)
+
+    def _commit(self, then: Callable[[sqlite3.Connection], int] | None = None) -> int | None:
+        """Commit the queued writes (and ``then``, in the same transaction); ``then``'s answer."""
+        if not self.writes and then is None:
+            return None
+        with self.store.write() as db:
+            for write in self.writes:
+                write(db)
+            answer = then(db) if then is not None else None
+        self.writes = []
+        return answer
 
     def run(self) -> set[int]:
-        db = self.store.db
         while True:
-            rows = db.execute(
-                "SELECT id, kind, embedding, title, said, expected, happened, text, cwd FROM episodes "
-                "WHERE pending = 1 AND space = ? ORDER BY at, id LIMIT ?", (self.space, _BATCH),
-            ).fetchall()
+            rows = episodes.pending(self.store.db, self.space, _BATCH)
             if not rows:
                 self.report.waiting = len(self.new_waiting)
                 return self.changed
             if not self.lessons:
-                self._load(from_blob(rows[0][2]).shape[0])
-            with self.store.write() as wdb:
-                for row in rows:
-                    self._consider(wdb, row)
+                self._load(from_blob(rows[0].embedding).shape[0])
+            for row in rows:
+                self._consider(row)
+            self._commit()
 
-    def _consider(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> None:
-        ep_id, kind, blob = row[0], row[1], row[2]
+    def _consider(self, row: episodes.Pending) -> None:
         self.report.considered += 1
-        db.execute("UPDATE episodes SET pending = 0 WHERE id = ?", (ep_id,))
-        if kind not in CONSOLIDATING_KINDS:
+        self.writes.append(functools.partial(episodes.considered, episode_ids=[row.id]))
+        if row.kind not in CONSOLIDATING_KINDS:
             return  # environment episodes and notes never consolidate
-        vector = from_blob(blob)
-        lessons = self.lessons[kind]
-        if len(lessons):
+        vector = from_blob(row.embedding)
+        kind = row.kind
+        lessons_of_kind = self.lessons[kind]
+        if len(lessons_of_kind):
             # Mean cosine with a lesson's sources = dot product with their centroid.
-            scores = lessons.matrix @ vector
+            scores = lessons_of_kind.matrix @ vector
             best = int(np.argmax(scores))
             if scores[best] >= self.threshold:
-                self._join(db, lessons.ids[best], best, ep_id, vector, kind)
+                self._join(lessons_of_kind.ids[best], best, row.id, vector, kind)
                 return
         waiting = self.waiting[kind]
         partners: list[int] = []
@@ -235,34 +239,30 @@ class _Consolidator:
             scores = waiting.matrix @ vector
             partners = [int(i) for i in np.flatnonzero(scores >= self.threshold)]
         if kind == "correction" or partners:
-            self._learn(db, row, vector, [(waiting.ids[i], waiting.matrix[i].copy()) for i in partners])
+            self._learn(row, vector, [(waiting.ids[i], waiting.matrix[i].copy()) for i in partners])
             for i in sorted(partners, reverse=True):
                 self.new_waiting.discard(waiting.ids[i])
                 waiting.remove(i)
         else:
-            waiting.add(ep_id, vector)
-            self.new_waiting.add(ep_id)
+            waiting.add(row.id, vector)
+            self.new_waiting.add(row.id)
 
-    def _join(self, db: sqlite3.Connection, lesson_id: int, index: int, ep_id: str, vector: Vector,
-              kind: str) -> None:
+    def _join(self, lesson_id: int, index: int, ep_id: str, vector: Vector, kind: str) -> None:
         info = self.lesson_info[lesson_id]
-        n = len(info.sources)
+        n = info.sources
         info.centroid = ((info.centroid * n + vector) / (n + 1)).astype(np.float32)
-        info.sources.append(ep_id)
+        info.sources += 1
         self.lessons[kind].set(index, info.centroid)
-        db.execute(
-            "UPDATE lessons SET sources = ?, centroid = ?, seen = seen + 1, strength = min(strength + ?, ?), "
-            "updated = ? WHERE id = ?",
-            (json.dumps(info.sources), to_blob(info.centroid), self.config.join_step, self.config.strength_cap,
-             iso(self.now), lesson_id),
-        )
-        db.execute("UPDATE episodes SET lesson_id = ? WHERE id = ?", (lesson_id, ep_id))
+        self.writes.append(functools.partial(
+            lessons.joined, lesson_id=lesson_id, episode_id=ep_id, centroid=to_blob(info.centroid),
+            step=self.config.join_step, cap=self.config.strength_cap, now=iso(self.now)))
+        self.writes.append(functools.partial(episodes.assign, lesson_id=lesson_id, episode_ids=[ep_id]))
         self.report.joined += 1
         self.changed.add(lesson_id)
 
-    def _phrase(self, kind: str, row: tuple[Any, ...]) -> str | None:
-        fields = {"title": row[3], "said": row[4], "expected": row[5], "happened": row[6], "text": row[7]}
-        text = observation(kind, **fields)
+    def _phrase(self, kind: str, row: episodes.Pending) -> str | None:
+        text = observation(kind, title=row.title, said=row.said, expected=row.expected, happened=row.happened,
+                           text=row.text)
         if self.writer is not None and text is not None:
             # An optional model may write a better sentence; it passes the same check.
             written = self.writer.write(
@@ -273,35 +273,39 @@ class _Consolidator:
                 text = written
         return text
 
-    def _learn(self, db: sqlite3.Connection, row: tuple[Any, ...], vector: Vector,
-               partners: list[tuple[str, Vector]]) -> None:
-        ep_id, kind, cwd = row[0], row[1], row[8]
-        text = self._phrase(kind, row)
+    def _learn(self, row: episodes.Pending, vector: Vector, partners: list[tuple[str, Vector]]) -> None:
+        ep_id, kind = row.id, row.kind
+        text = self._phrase(kind, row)  # a model call: no transaction is open (writes are only queued)
         if text is None:
             self.report.unphrased += 1
             return
         sources = [ep_id] + [p for p, _ in partners]
         centroid = np.mean([vector] + [v for _, v in partners], axis=0).astype(np.float32)
         digest = lesson_hash(kind, text)
-        existing = db.execute(
-            "SELECT id FROM lessons WHERE hash = ? AND origin = '' AND archived = 0", (digest,)
-        ).fetchone()
-        if existing is not None and existing[0] in self.lesson_info:
+        existing = lessons.own_by_hash(self.store.db, digest)
+        if existing is not None and existing in self.lesson_info:
             # The same sentence already stands as a lesson: these episodes support it.
-            index = self.lessons[kind].ids.index(existing[0])
+            index = self.lessons[kind].ids.index(existing)
             for source, v in [(ep_id, vector), *partners]:
-                self._join(db, existing[0], index, source, v, kind)
+                self._join(existing, index, source, v, kind)
             return
+        # The sentence is embedded now, so the lesson is recalled as soon as it exists.
+        space, vectors = self.embedder.embed_with_space([text])
+        embedding = to_blob(vectors[0]) if space == self.space else None  # a model that failed just now: next sleep
         now = iso(self.now)
-        cursor = db.execute(
-            "INSERT INTO lessons (hash, kind, text, cwd, strength, seen, sources, created, updated, space, centroid)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (digest, kind, text, cwd, self.config.lesson_initial_strength, len(sources), json.dumps(sources),
-             now, now, self.space, to_blob(centroid)),
-        )
-        lesson_id = int(cursor.lastrowid or 0)
-        db.executemany("UPDATE episodes SET lesson_id = ? WHERE id = ?", [(lesson_id, s) for s in sources])
-        self.lesson_info[lesson_id] = _Lesson(lesson_id, sources, centroid)
+        new = lessons.NewLesson(hash=digest, kind=kind, text=text, cwd=row.cwd,
+                                strength=self.config.lesson_initial_strength, seen=len(sources), created=now,
+                                origin="", layer="personal", space=self.space, embedding=embedding,
+                                centroid=to_blob(centroid), sources=sources)
+
+        def insert(db: sqlite3.Connection) -> int:
+            lesson_id = lessons.create(db, new)
+            episodes.assign(db, lesson_id, sources)
+            return lesson_id
+
+        lesson_id = self._commit(insert)
+        assert lesson_id is not None
+        self.lesson_info[lesson_id] = _Lesson(lesson_id, len(sources), centroid)
         self.lessons[kind].add(lesson_id, centroid)
         self.changed.add(lesson_id)
         self.report.learned.append({"id": lesson_id, "kind": kind, "text": text, "seen": len(sources)})
@@ -314,107 +318,81 @@ def merge_pass(store: Store, space: str, changed: set[int], now: datetime, repor
     """Merge each changed lesson with any other of its kind whose sources mean the same."""
     threshold = join_threshold(space)
     for lesson_id in sorted(changed):
-        row = store.db.execute(
-            "SELECT kind, centroid, archived FROM lessons WHERE id = ? AND space = ?", (lesson_id, space)
-        ).fetchone()
-        if row is None or row[2] or row[1] is None:
+        facts = lessons.merge_facts(store.db, lesson_id, space)
+        if facts is None or facts.archived or facts.centroid is None:
             continue
-        kind, centroid = row[0], from_blob(row[1])
-        others = store.db.execute(
-            "SELECT id, centroid, sources, seen, strength, created FROM lessons WHERE kind = ? AND archived = 0 "
-            "AND origin = '' AND id != ? AND space = ? AND centroid IS NOT NULL", (kind, lesson_id, space),
-        ).fetchall()
+        centroid = from_blob(facts.centroid)
+        others = lessons.merge_candidates(store.db, facts.kind, lesson_id, space)
         if not others:
             continue
-        scores = np.stack([from_blob(o[1]) for o in others]) @ centroid
+        scores = np.stack([from_blob(blob) for _, blob in others]) @ centroid
         best = int(np.argmax(scores))
         if scores[best] < threshold:
             continue
-        other = others[best]
+        other_id = others[best][0]
         # The older lesson is the theme: its text, and so its hash, stay stable.
-        theme_id, old_id = (other[0], lesson_id) if other[0] < lesson_id else (lesson_id, other[0])
-        _merge(store, theme_id, old_id, now)
+        theme_id, old_id = (other_id, lesson_id) if other_id < lesson_id else (lesson_id, other_id)
+        _merge(store, theme_id, old_id, space, now)
         report.merged.append({"theme": theme_id, "alias": old_id})
 
 
-def _merge(store: Store, theme_id: int, old_id: int, now: datetime) -> None:
-    db = store.db
-    theme = db.execute("SELECT sources, seen, strength, centroid, created FROM lessons WHERE id = ?",
-                       (theme_id,)).fetchone()
-    old = db.execute("SELECT sources, seen, strength, centroid, created FROM lessons WHERE id = ?",
-                     (old_id,)).fetchone()
-    sources = json.loads(theme[0]) + json.loads(old[0])
-    n_t, n_o = len(json.loads(theme[0])), len(json.loads(old[0]))
-    centroid = ((from_blob(theme[3]) * n_t + from_blob(old[3]) * n_o) / max(n_t + n_o, 1)).astype(np.float32)
-    with store.write() as w:
-        w.execute(
-            "UPDATE lessons SET sources = ?, seen = ?, strength = ?, centroid = ?, updated = ? WHERE id = ?",
-            (json.dumps(sources), theme[1] + old[1], max(theme[2], old[2]), to_blob(centroid), iso(now), theme_id),
-        )
-        w.execute("UPDATE lessons SET archived = 1, updated = ? WHERE id = ?", (iso(now), old_id))
-        w.execute("UPDATE episodes SET lesson_id = ? WHERE lesson_id = ?", (theme_id, old_id))
-        w.execute("UPDATE predictions SET resolved = ?, outcome = 'merged' WHERE lesson_id = ? AND resolved IS NULL",
-                  (iso(now), old_id))
-        w.execute("INSERT INTO aliases (old, new, at, created) VALUES (?, ?, ?, ?)",
-                  (old_id, theme_id, iso(now), old[4]))
+def _merge(store: Store, theme_id: int, old_id: int, space: str, now: datetime) -> None:
+    theme = lessons.merge_facts(store.db, theme_id, space)
+    old = lessons.merge_facts(store.db, old_id, space)
+    assert theme is not None and old is not None and theme.centroid is not None and old.centroid is not None
+    n_t, n_o = theme.sources, old.sources
+    centroid = ((from_blob(theme.centroid) * n_t + from_blob(old.centroid) * n_o) / max(n_t + n_o, 1)
+                ).astype(np.float32)
+    stamp = iso(now)
+    with store.write() as db:
+        lessons.merge(db, theme_id, old_id, seen=theme.seen + old.seen, strength=max(theme.strength, old.strength),
+                      centroid=to_blob(centroid), now=stamp)
+        episodes.reassign(db, old_id, theme_id)
+        predictions.close_merged(db, old_id, stamp)
+        sleeps.alias(db, old_id, theme_id, stamp, old.created)
 
 
 # -- 5. verify ------------------------------------------------------------------------
 
 
 def verify_pass(store: Store, space: str, now: datetime, config: Config, report: SleepReport) -> None:
-    db = store.db
-    open_predictions = db.execute(
-        "SELECT p.id, p.lesson_id, p.made, p.embedding, l.kind, l.text FROM predictions p "
-        "JOIN lessons l ON l.id = p.lesson_id WHERE p.resolved IS NULL AND p.space = ?", (space,),
-    ).fetchall()
     window = timedelta(days=config.prediction_window_days)
-    for pred_id, lesson_id, made, blob, kind, text in open_predictions:
-        vector = from_blob(blob)
+    stamp = iso(now)
+    for pred in predictions.open_in(store.db, space):
+        vector = from_blob(pred.embedding)
         # Episodes of the lesson's kind that happened since the prediction was made.
-        candidates = db.execute(
-            "SELECT id, embedding FROM episodes WHERE kind = ? AND at > ? AND space = ? ORDER BY at, id",
-            (kind, made, space),
-        ).fetchall()
+        candidates = episodes.happened_since(store.db, pred.kind, pred.made, space)
         hit = next((ep for ep, eb in candidates if float(from_blob(eb) @ vector) >= VERIFY_COSINE), None)
-        entry = {"prediction": pred_id, "lesson": lesson_id, "text": text}
-        with store.write() as w:
-            if hit is not None:
-                w.execute("UPDATE predictions SET resolved = ?, outcome = 'confirmed', episode_id = ? WHERE id = ?",
-                          (iso(now), hit, pred_id))
-                w.execute("UPDATE lessons SET strength = min(strength + ?, ?), updated = ? WHERE id = ?",
-                          (config.confirm_step, config.strength_cap, iso(now), lesson_id))
-                report.confirmed.append(entry | {"episode": hit})
-            elif now - parse_time(made) >= window:
-                w.execute("UPDATE predictions SET resolved = ?, outcome = 'failed' WHERE id = ?", (iso(now), pred_id))
-                w.execute("UPDATE lessons SET strength = max(strength - ?, 0), updated = ? WHERE id = ?",
-                          (config.fail_step, iso(now), lesson_id))
-                report.failed.append(entry)
+        entry = {"prediction": pred.id, "lesson": pred.lesson_id, "text": pred.text}
+        if hit is not None:
+            with store.write() as w:
+                predictions.confirm(w, pred.id, hit, stamp)
+                lessons.strengthen(w, pred.lesson_id, config.confirm_step, config.strength_cap, stamp)
+            report.confirmed.append(entry | {"episode": hit})
+        elif now - parse_time(pred.made) >= window:
+            with store.write() as w:
+                predictions.fail(w, pred.id, stamp)
+                lessons.strengthen(w, pred.lesson_id, -config.fail_step, float("inf"), stamp)
+            report.failed.append(entry)
 
 
 # -- 6. predict -----------------------------------------------------------------------
 
 
 def predict_pass(store: Store, space: str, now: datetime, config: Config, report: SleepReport) -> None:
-    rows = store.db.execute(
-        "SELECT l.id, l.text, l.centroid, l.embedding FROM lessons l WHERE l.archived = 0 "
-        "AND (l.strength >= ? OR l.origin != '') "  # a received candidate always predicts
-        "AND l.space = ? AND NOT EXISTS (SELECT 1 FROM predictions p WHERE p.lesson_id = l.id "
-        "AND p.resolved IS NULL)", (config.predict_min_strength, space),
-    ).fetchall()
+    rows = lessons.to_predict(store.db, config.predict_min_strength, space)
     with store.write() as db:
-        for lesson_id, text, centroid, embedding in rows:
+        for row in rows:
             # Predict from what the sources mean when there are sources (a closer match to
             # future episodes than the sentence), else from the sentence itself.
-            blob = centroid if centroid is not None else embedding
+            blob = row.centroid if row.centroid is not None else row.embedding
+            if blob is None:
+                continue
             vector = from_blob(blob)
             norm = float(np.linalg.norm(vector))
             if norm == 0:
                 continue
-            db.execute(
-                "INSERT INTO predictions (lesson_id, text, made, space, embedding) VALUES (?, ?, ?, ?, ?)",
-                (lesson_id, text, iso(now), space, to_blob((vector / norm).astype(np.float32))),
-            )
+            predictions.make(db, row.id, row.text, iso(now), space, to_blob((vector / norm).astype(np.float32)))
             report.predicted += 1
 
 
@@ -426,18 +404,17 @@ def sleep(store: Store, *, now: datetime, embedder: Embedder, config: Config,
     """Run every pass in order and record the report; returns it."""
     report = SleepReport(started=iso(now))
     with store.write() as db:
-        sleep_id = db.execute("INSERT INTO sleeps (started) VALUES (?)", (iso(now),)).lastrowid
+        sleep_id = sleeps.begin(db, iso(now))
     embedder.probe()  # a model that answers now is this night's space; else the hashed one
     report.embedded = embed_pass(store, embedder)
     space = report.space = embedder.space  # after the pass: a model may have failed during it
     decay_pass(store, now, config, report)
-    changed = _Consolidator(store, space, now, config, writer, report).run()
+    changed = _Consolidator(store, space, now, config, writer, embedder, report).run()
     merge_pass(store, space, changed, now, report)
-    _embed_table(store, embedder, "lessons", "text")  # the sentences of tonight's new lessons
+    embed_rows(store, embedder, "lessons")  # sentences a failing model left unembedded tonight
     verify_pass(store, space, now, config, report)
     predict_pass(store, space, now, config, report)
     report.finished = iso(now)
     with store.write() as db:
-        db.execute("UPDATE sleeps SET finished = ?, report = ? WHERE id = ?",
-                   (report.finished, json.dumps(report.to_json()), sleep_id))
+        sleeps.finish(db, sleep_id, report.finished, json.dumps(report.to_json()))
     return report

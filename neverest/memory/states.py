@@ -17,6 +17,7 @@ from neverest.clock import parse_time
 from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, Verdict, judge, vouched
 from neverest.config import Config
 from neverest.memory import holdings
+from neverest.memory.queries import lessons, predictions, status
 from neverest.memory.store import Store
 
 
@@ -31,7 +32,7 @@ def trust_filter(db: sqlite3.Connection, config: Config, own_origin: str) -> Cal
     if config.trust == "any":
         return lambda origin: True
     if config.trust == "peers":
-        known = {str(r[0]) for r in db.execute("SELECT origin FROM peers")} | allowed | {own_origin}
+        known = status.known_peer_origins(db) | allowed | {own_origin}
         return known.__contains__
     if config.trust == "vouched":
         return _vouched(db, config, own_origin, allowed)
@@ -47,18 +48,13 @@ def _vouched(db: sqlite3.Connection, config: Config, own_origin: str, allowed: s
     so on a real machine this policy is stricter than in the simulator, where a failure
     is a test that went the other way.
     """
-    outcomes: dict[str, set[str]] = {}
-    for digest, outcome in db.execute(
-            "SELECT l.hash, p.outcome FROM predictions p JOIN lessons l ON l.id = p.lesson_id "
-            "WHERE p.outcome IS NOT NULL"):
-        outcomes.setdefault(str(digest), set()).add(str(outcome))
+    outcomes = predictions.outcomes_by_hash(db)
     verified = {h for h, seen in outcomes.items() if "confirmed" in seen}
-    verified |= {str(r[0]) for r in db.execute("SELECT hash FROM lessons WHERE origin = ''")}
+    verified |= lessons.own_hashes(db)
     refuted = {h for h, seen in outcomes.items() if "failed" in seen} - verified
     by_verified: Counter[str] = Counter()
     by_refuted: Counter[str] = Counter()
-    for origin, target in db.execute(
-            "SELECT DISTINCT origin, target FROM records WHERE type IN ('lesson', 'confirm')"):
+    for origin, target in holdings.supporters(db):
         if target in verified:
             by_verified[str(origin)] += 1
         elif target in refuted:
@@ -91,8 +87,7 @@ def commons_pass(store: Store, *, now: datetime, config: Config, own_origin: str
     """Judge every lesson hash held in records; bury the ones whose state became final."""
     buried = {REMOVED: 0, REVOKED: 0}
     with store.write() as db:
-        targets = [str(r[0]) for r in db.execute(
-            "SELECT DISTINCT target FROM records WHERE target NOT IN (SELECT hash FROM tombstones)")]
+        targets = holdings.unburied_targets(db)
         counts = trust_filter(db, config, own_origin)  # one policy for the whole pass
         for target in targets:
             v = verdict(db, target, now=now, config=config, own_origin=own_origin, counts=counts)
@@ -100,7 +95,6 @@ def commons_pass(store: Store, *, now: datetime, config: Config, own_origin: str
                 holdings.bury(db, target, v.state, now)
                 # Received copies go; this memory's own lesson, learned from its own sessions, is
                 # the personal layer, which the commons never overwrites (PROTOCOL.md §9).
-                db.execute("UPDATE lessons SET archived = 1 WHERE hash = ? AND origin != '' AND archived = 0",
-                           (target,))
+                lessons.archive_received(db, target)
                 buried[v.state] += 1
     return buried

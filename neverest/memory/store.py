@@ -9,6 +9,12 @@ Every write goes through ``Store.write()``, a ``BEGIN IMMEDIATE`` transaction:
 taking the write lock up front means a transaction never fails half-way on a
 lock upgrade, and a crash at any point leaves either all of it or none.
 
+``secure_delete`` is on: deleted content is overwritten, so forgetting an episode
+(forget.py) does not leave its text in free space.
+
+This module, ``holdings.py``, ``peers/table.py`` and the ``queries`` package are the
+only ones that run SQL; they return typed rows (tests/test_store_layer.py).
+
 The schema carries its version in ``PRAGMA user_version`` and migrates forward
 one step at a time (``MIGRATIONS[i]`` takes version i to i+1), so a store made
 by any release opens in every later one; a store from a *newer* release is
@@ -170,7 +176,35 @@ CREATE TABLE peer_addresses (
 CREATE INDEX peer_addresses_origin ON peer_addresses(origin);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2)
+# Version 3: sets are tables with keys (issue 11).
+# - lesson_origins: the origins counted once each as support for a lesson, one row per origin
+#   (was the JSON list lessons.origins);
+# - lesson_sources: the episodes a lesson was learned from, one row per episode (was the JSON
+#   list lessons.sources), indexed by episode so that forgetting an episode finds its lessons;
+# - peers.addresses, a JSON list nothing read since peer_addresses replaced it, is dropped.
+# The JSON lists are converted to rows in the migration's transaction, so every store keeps them.
+_SCHEMA_V3: Final = """
+CREATE TABLE lesson_origins (
+    lesson_id INTEGER NOT NULL,
+    origin TEXT NOT NULL,
+    PRIMARY KEY (lesson_id, origin)
+) WITHOUT ROWID;
+CREATE TABLE lesson_sources (
+    lesson_id INTEGER NOT NULL,
+    episode_id TEXT NOT NULL,
+    PRIMARY KEY (lesson_id, episode_id)
+) WITHOUT ROWID;
+CREATE INDEX lesson_sources_episode ON lesson_sources(episode_id);
+INSERT OR IGNORE INTO lesson_origins (lesson_id, origin)
+    SELECT l.id, CAST(j.value AS TEXT) FROM lessons l, json_each(l.origins) j;
+INSERT OR IGNORE INTO lesson_sources (lesson_id, episode_id)
+    SELECT l.id, CAST(j.value AS TEXT) FROM lessons l, json_each(l.sources) j;
+ALTER TABLE lessons DROP COLUMN origins;
+ALTER TABLE lessons DROP COLUMN sources;
+ALTER TABLE peers DROP COLUMN addresses
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
@@ -196,6 +230,9 @@ class Store:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = FULL")
             self.db.execute("PRAGMA foreign_keys = ON")
+            # Deleted content is overwritten, not left in free pages: forget (forget.py) must
+            # really remove an episode's text, including copies left behind when rows move.
+            self.db.execute("PRAGMA secure_delete = ON")
             self._migrate()
         except sqlite3.OperationalError as exc:
             self.db.close()
@@ -249,15 +286,44 @@ class Store:
             self.db.execute("ROLLBACK")
             raise self._explain(exc) from None
 
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every read inside it sees one snapshot, while writers go on (WAL)."""
+        self.db.execute("BEGIN DEFERRED")
+        try:
+            yield self.db
+        finally:
+            self.db.execute("COMMIT")
+
     def get_meta(self, key: str, default: str | None = None) -> str | None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else str(row[0])
+        value = meta_value(self.db, key)
+        return default if value is None else value
 
     @staticmethod
     def set_meta(db: sqlite3.Connection, key: str, value: str) -> None:
         """Set a meta value inside an open write transaction."""
         db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                    (key, value))
+
+    def data_version(self) -> tuple[int, int]:
+        """Changes when any connection commits: ``data_version`` moves when another connection
+        commits, ``total_changes`` when this one writes."""
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0]), self.db.total_changes
+
+    def vacuum(self) -> None:
+        """Rebuild the database file, so that no page keeps a stale copy of deleted content (rows a
+        store moved before ``secure_delete`` was on, in schema version 2 and earlier, may have left
+        one in a page's unused space)."""
+        try:
+            self.db.execute("VACUUM")
+        except sqlite3.OperationalError as exc:
+            raise self._explain(exc) from None
+
+    def checkpoint_truncate(self) -> bool:
+        """Copy the WAL into the database and truncate it to zero bytes, so that content deleted
+        since is no longer in the WAL either.  False when a reader kept it from completing."""
+        busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
 
     def close(self) -> None:
         self.db.close()
@@ -267,6 +333,16 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def meta_value(db: sqlite3.Connection, key: str) -> str | None:
+    """A meta value, read on ``db`` (inside the caller's transaction when one is open)."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
 def open_store(home: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Store:

@@ -1,0 +1,189 @@
+"""The ``episodes`` table: events as stored, and what recall, sleep and forget read and write."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+_INSERT: Final = (
+    "INSERT OR IGNORE INTO episodes (id, kind, agent, session, cwd, title, said, agent_did, expected,"
+    " happened, text, gist, at, created, strength, pending, space, embedding)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, 1, ?, ?)"
+)
+EXPORTED: Final = ("id", "kind", "agent", "session", "cwd", "title", "said", "agent_did", "expected", "happened",
+                   "text", "gist", "at", "created", "strength", "recalls", "last_touched", "archived", "pending",
+                   "lesson_id")
+
+
+@dataclass(frozen=True)
+class NewEpisode:
+    id: str
+    kind: str
+    agent: str
+    session: str
+    cwd: str
+    title: str
+    said: str
+    agent_did: str
+    expected: str
+    happened: str
+    text: str
+    gist: str
+    at: str
+    created: str
+    space: str | None
+    embedding: bytes | None
+
+
+def insert(db: sqlite3.Connection, episodes: Sequence[NewEpisode]) -> int:
+    """Insert inside a write transaction; an id already stored is ignored.  The number inserted."""
+    return db.executemany(_INSERT, [
+        (e.id, e.kind, e.agent, e.session, e.cwd, e.title, e.said, e.agent_did, e.expected, e.happened, e.text,
+         e.gist, e.at, e.created, e.space, e.embedding) for e in episodes]).rowcount
+
+
+def count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT count(*) FROM episodes").fetchone()[0])
+
+
+def exists(db: sqlite3.Connection, episode_id: str) -> bool:
+    return db.execute("SELECT 1 FROM episodes WHERE id = ?", (episode_id,)).fetchone() is not None
+
+
+# -- recall ---------------------------------------------------------------------------
+
+
+class Scored(NamedTuple):
+    """Recall's narrow view of a row: enough to score it, not its text."""
+
+    key: int | str  # an episode's rowid, a lesson's id
+    strength: float
+    age_days: float
+    embedding: bytes
+    at: str
+
+
+def recall_scan(db: sqlite3.Connection, now: str, space: str) -> list[Scored]:
+    # Ages in days are computed by SQLite (julianday), far faster than parsing 10 000 strings in Python;
+    # the columns read are those of the covering index episodes_recall.
+    return [Scored(*r) for r in db.execute(
+        "SELECT rowid, strength, max(julianday(?) - julianday(at), 0), embedding, at FROM episodes "
+        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (now, space))]
+
+
+class Shown(NamedTuple):
+    id: str
+    kind: str
+    gist: str
+
+
+def shown(db: sqlite3.Connection, rowid: int | str) -> Shown:
+    return Shown(*db.execute("SELECT id, kind, gist FROM episodes WHERE rowid = ?", (rowid,)).fetchone())
+
+
+def touch(db: sqlite3.Connection, ids: Sequence[str], step: float, now: str) -> None:
+    """Recalled episodes are used: stronger, and counted."""
+    db.executemany("UPDATE episodes SET strength = strength + ?, recalls = recalls + 1, last_touched = ? "
+                   "WHERE id = ?", [(step, now, i) for i in ids])
+
+
+# -- sleep ----------------------------------------------------------------------------
+
+
+def decay(db: sqlite3.Connection, factor: float, archive_below: float) -> int:
+    """Scale unarchived strengths by ``factor``; archive those now below the line.  How many were archived."""
+    db.execute("UPDATE episodes SET strength = strength * ? WHERE archived = 0", (factor,))
+    return int(db.execute("UPDATE episodes SET archived = 1 WHERE archived = 0 AND strength < ?",
+                          (archive_below,)).rowcount)
+
+
+class Pending(NamedTuple):
+    id: str
+    kind: str
+    embedding: bytes
+    title: str
+    said: str
+    expected: str
+    happened: str
+    text: str
+    cwd: str
+
+
+def pending(db: sqlite3.Connection, space: str, limit: int) -> list[Pending]:
+    """Episodes the consolidation pass has not considered yet, oldest first."""
+    return [Pending(*r) for r in db.execute(
+        "SELECT id, kind, embedding, title, said, expected, happened, text, cwd FROM episodes "
+        "WHERE pending = 1 AND space = ? ORDER BY at, id LIMIT ?", (space, limit))]
+
+
+class Vectored(NamedTuple):
+    id: str
+    kind: str
+    embedding: bytes
+
+
+def waiting(db: sqlite3.Connection, space: str, kinds: Sequence[str]) -> list[Vectored]:
+    """Episodes already considered that still wait for a repeat to become a lesson."""
+    return [Vectored(*r) for r in db.execute(
+        "SELECT id, kind, embedding FROM episodes WHERE pending = 0 AND lesson_id IS NULL AND archived = 0 "
+        f"AND kind IN ({','.join('?' * len(kinds))}) AND space = ?", (*kinds, space))]
+
+
+def considered(db: sqlite3.Connection, episode_ids: Sequence[str]) -> None:
+    db.executemany("UPDATE episodes SET pending = 0 WHERE id = ?", [(i,) for i in episode_ids])
+
+
+def assign(db: sqlite3.Connection, lesson_id: int, episode_ids: Sequence[str]) -> None:
+    db.executemany("UPDATE episodes SET lesson_id = ? WHERE id = ?", [(lesson_id, i) for i in episode_ids])
+
+
+def reassign(db: sqlite3.Connection, old_lesson: int, new_lesson: int) -> None:
+    db.execute("UPDATE episodes SET lesson_id = ? WHERE lesson_id = ?", (new_lesson, old_lesson))
+
+
+def vectors_of(db: sqlite3.Connection, episode_ids: Sequence[str], space: str) -> list[bytes]:
+    if not episode_ids:
+        return []
+    return [bytes(r[0]) for r in db.execute(
+        f"SELECT embedding FROM episodes WHERE space = ? AND id IN ({','.join('?' * len(episode_ids))})",
+        (space, *episode_ids))]
+
+
+def happened_since(db: sqlite3.Connection, kind: str, since: str, space: str) -> list[tuple[str, bytes]]:
+    """(id, embedding) of the episodes of ``kind`` after ``since``, in order: what verifies a prediction."""
+    return [(str(r[0]), bytes(r[1])) for r in db.execute(
+        "SELECT id, embedding FROM episodes WHERE kind = ? AND at > ? AND space = ? ORDER BY at, id",
+        (kind, since, space))]
+
+
+# -- forget and export ----------------------------------------------------------------
+
+
+def select_ids(db: sqlite3.Connection, *, episode: str | None = None, session: str | None = None,
+               before: str | None = None) -> list[str]:
+    """The ids of the episodes one selector names: an id, a session, or ``at`` before a time."""
+    if episode is not None:
+        rows = db.execute("SELECT id FROM episodes WHERE id = ?", (episode,))
+    elif session is not None:
+        rows = db.execute("SELECT id FROM episodes WHERE session = ?", (session,))
+    elif before is not None:
+        rows = db.execute("SELECT id FROM episodes WHERE at < ?", (before,))
+    else:
+        raise ValueError("select_ids needs one of episode, session, before")
+    return [str(r[0]) for r in rows]
+
+
+def delete(db: sqlite3.Connection, episode_ids: Sequence[str]) -> int:
+    """Delete the episodes (and with them their vectors, stored in the same row)."""
+    return int(db.executemany("DELETE FROM episodes WHERE id = ?", [(i,) for i in episode_ids]).rowcount)
+
+
+def export_rows(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
+    cursor = db.execute(f"SELECT {', '.join(EXPORTED)} FROM episodes ORDER BY at, id")
+    try:
+        for row in cursor:
+            yield dict(zip(EXPORTED, row, strict=True))
+    finally:
+        cursor.close()
