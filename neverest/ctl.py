@@ -18,6 +18,7 @@ from typing import BinaryIO, TextIO
 
 from neverest import __version__
 from neverest.commands.common import CommandFailed, UsageError, home_of
+from neverest.commands.data import add_parsers as add_data_parsers
 from neverest.commands.doctor import add_parser as add_doctor_parser
 from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
 from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", parents=[common], help="this memory at a glance, with refusals by reason and source")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+    add_data_parsers(sub, common)
     add_doctor_parser(sub, common)
     return parser
 

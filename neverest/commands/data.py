@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from neverest.clock import parse_time
-from neverest.commands.common import UsageError, open_memory
+from neverest.clock import iso, parse_time
+from neverest.commands.common import UsageError, open_memory, through_daemon
 from neverest.memory.export import export
-from neverest.memory.forget import forget
 from neverest.memory.store import Store
 
 
@@ -32,15 +31,20 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if len(chosen) != 1:
         raise UsageError("forget needs exactly one of --episode ID, --session S, --before DATE")
     before = _before(args.before) if args.before is not None else None
-    with open_memory(args) as memory:
-        result = forget(memory.store, episode=args.episode, session=args.session, before=before)
-        memory.render()  # lessons.md and the others no longer count what was forgotten
-    if args.json:
-        print(json.dumps(result.to_json()))
+    answer = through_daemon(args, {"op": "forget", "episode": args.episode, "session": args.session,
+                                   "before": iso(before) if before is not None else None})
+    if answer is not None:
+        result = answer["result"]
     else:
-        print(f"forgot {result.episodes} episode(s); {result.lesson_sources} lesson source(s) and "
-              f"{result.predictions} prediction(s) that pointed at them removed")
-        if not (result.vacuumed and result.wal_truncated):
+        with open_memory(args) as memory:
+            # The service re-renders: lessons.md and the others no longer count what was forgotten.
+            result = memory.forget(episode=args.episode, session=args.session, before=before)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"forgot {result['episodes']} episode(s); {result['lesson_sources']} lesson source(s) and "
+              f"{result['predictions']} prediction(s) that pointed at them removed")
+        if not (result["vacuumed"] and result["wal_truncated"]):
             print("another process was using the store, so deleted text may remain on disk until a later "
                   "checkpoint; run the same forget again to finish")
     return 0
@@ -77,15 +81,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("forget", help="remove episodes for good: one by id, a session, or everything before a date")
+def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None  # type: ignore[type-arg]
+                ) -> None:
+    parents = [common] if common else []
+    p = sub.add_parser("forget", parents=parents,
+                       help="remove episodes for good: one by id, a session, or everything before a date")
     p.add_argument("--episode", metavar="ID", help="the episode's id")
     p.add_argument("--session", metavar="S", help="every episode of this session")
     p.add_argument("--before", metavar="DATE", help="every episode that happened before this date or time (UTC)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=cmd_forget)
-    p = sub.add_parser("export", help="the owner's data as JSON Lines (episodes, lessons, predictions, projects, "
-                                      "peers); never the key")
+    p = sub.add_parser("export", parents=parents,
+                       help="the owner's data as JSON Lines (episodes, lessons, predictions, projects, peers); "
+                            "never the key")
     p.add_argument("--output", metavar="FILE", help="write to FILE instead of standard output")
     p.add_argument("--json", action="store_true", help="with --output, print a JSON summary")
     p.set_defaults(func=cmd_export)

@@ -42,7 +42,8 @@ from neverest.config import Config, ConfigError, config_warnings, load_config
 from neverest.control import ControlError, ask
 from neverest.identity import IdentityError, load_or_create
 from neverest.lock import read_holder
-from neverest.memory.store import SCHEMA_VERSION
+from neverest.memory import holdings
+from neverest.memory.store import SCHEMA_VERSION, integrity_problems, open_read_only, schema_version
 from neverest.paths import HOME_MARKERS, KEY_FILE, PRIVATE_UMASK, STORE_FILE, resolve_home
 from neverest.peers import table as peer_table
 
@@ -127,9 +128,7 @@ def check_key(home: Path) -> tuple[Check, str | None]:
 
 def _read_only(path: Path) -> sqlite3.Connection:
     # Read-only: open_store would create a missing store and migrate an old one, and the doctor changes nothing.
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=DAEMON_TIMEOUT_S)
-    db.execute(f"PRAGMA busy_timeout = {int(DAEMON_TIMEOUT_S * 1000)}")
-    return db
+    return open_read_only(path, busy_timeout_s=DAEMON_TIMEOUT_S)
 
 
 def check_store(home: Path) -> tuple[Check, sqlite3.Connection | None]:
@@ -143,8 +142,8 @@ def check_store(home: Path) -> tuple[Check, sqlite3.Connection | None]:
     except sqlite3.Error as exc:
         return Check("store", "fail", f"{path} cannot be opened: {exc}", broken), None
     try:
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)")]
+        version = schema_version(db)
+        problems = integrity_problems(db) or ["ok"]
     except sqlite3.Error as exc:
         db.close()
         return Check("store", "fail", f"{path}: {exc}", broken), None
@@ -244,11 +243,9 @@ def check_clock(db: sqlite3.Connection | None, own_origin: str | None, now: date
     if db is None:
         return Check("clock", "ok", f"{iso(now)}; nothing received yet to compare with")
     try:
-        refused = db.execute(
-            f"SELECT source, reason, count, last FROM refusals WHERE reason IN ({','.join('?' * len(SKEW_REASONS))}) "
-            "ORDER BY last DESC", SKEW_REASONS).fetchall()
-        newest = db.execute("SELECT max(at) FROM records WHERE origin != ? AND at != ''",
-                            (own_origin or "",)).fetchone()[0]
+        refused = sorted(((r.source, r.reason, r.count, r.last) for r in holdings.refusals(db)
+                          if r.reason in SKEW_REASONS), key=lambda r: r[3], reverse=True)
+        newest = holdings.newest_signed_by_others(db, own_origin or "")
     except sqlite3.Error as exc:
         return Check("clock", "warn", f"cannot read what peers sent: {exc}", "see the store check")
     if refused:

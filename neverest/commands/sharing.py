@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from neverest.commands.common import CommandFailed, UsageError, open_memory, through_daemon
 from neverest.memory import holdings
+from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory, OwnerError
 from neverest.memory.states import verdict
@@ -87,9 +88,7 @@ def _find(memory: Memory, prefix: str) -> str:
     prefix = prefix.lower()
     if len(prefix) < 6:
         raise UsageError("give at least 6 hex digits of the lesson's hash")
-    found = {str(r[0]) for r in memory.store.db.execute(
-        "SELECT hash FROM lessons WHERE hash LIKE ? UNION SELECT target FROM records WHERE target LIKE ?",
-        (prefix + "%", prefix + "%"))}
+    found = lesson_queries.find_by_prefix(memory.store.db, prefix)
     if len(found) != 1:
         raise UsageError(f"{len(found)} lessons have a hash starting with {prefix}")
     return found.pop()

@@ -148,6 +148,12 @@ def refusals(db: sqlite3.Connection) -> list[Refusal]:
     return [Refusal(*r) for r in db.execute("SELECT source, reason, count, last FROM refusals ORDER BY source, reason")]
 
 
+def newest_signed_by_others(db: sqlite3.Connection, own_origin: str) -> str | None:
+    """The latest signed time of a record held from another origin (for the doctor's clock check)."""
+    row = db.execute("SELECT max(at) FROM records WHERE origin != ? AND at != ''", (own_origin,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def holds(db: sqlite3.Connection, digest: str) -> bool:
     """Whether a record with these bytes (by ``digest_of``) is held."""
     return db.execute("SELECT 1 FROM records WHERE digest = ?", (digest,)).fetchone() is not None

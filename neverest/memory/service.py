@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -33,11 +33,16 @@ from typing import Any, BinaryIO, Protocol
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
+from neverest.memory import holdings
 from neverest.memory import publish as publishing
 from neverest.memory.embed import Embedder, load_embedder
 from neverest.memory.events import IngestResult, ingest, ingest_lines
+from neverest.memory.forget import forget
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.model import Endpoint, Writer
+from neverest.memory.queries import lessons as lesson_queries
+from neverest.memory.queries import sleeps
+from neverest.memory.queries import status as status_queries
 from neverest.memory.recall import Hit, recall
 from neverest.memory.render import render
 from neverest.memory.sleep import sleep
@@ -176,7 +181,7 @@ class Memory:
         return {"project": project, "removed": removed}
 
     def revoke(self, target: str) -> Record:
-        if not _is_own(self.store, target, self.identity.origin):
+        if not lesson_queries.is_own_lesson(self.store.db, target, self.identity.origin):
             raise OwnerError(f"{target} is not a lesson of this memory; only its origin can revoke it")
         record = publishing.revoke(self.store, self.identity, target, self.clock.now())
         self.settle()
@@ -187,27 +192,21 @@ class Memory:
     def status(self) -> dict[str, Any]:
         """What this memory holds, from its store (a daemon adds what only it knows)."""
         db = self.store.db
-        last = db.execute("SELECT started FROM sleeps WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
-        return {
-            "origin": self.identity.origin,
-            "home": str(self.home) if self.home else None,
-            "episodes": db.execute("SELECT count(*) FROM episodes").fetchone()[0],
-            "lessons": db.execute("SELECT count(*) FROM lessons WHERE archived = 0").fetchone()[0],
-            "records": db.execute("SELECT count(*) FROM records").fetchone()[0],
-            "forks": db.execute("SELECT count(*) FROM forks").fetchone()[0],
-            "tombstones": db.execute("SELECT count(*) FROM tombstones").fetchone()[0],
-            "last_sleep": last[0] if last else None,
+        last = sleeps.last_finished(db)
+        return {"origin": self.identity.origin, "home": str(self.home) if self.home else None} | \
+            status_queries.counts(db).to_json() | {
+            "last_sleep": last.started if last else None,
             "published_projects": [p for p, _ in publishing.projects(self.store)],
-            "refused": [{"source": s, "reason": r, "count": n, "last": t} for s, r, n, t in db.execute(
-                "SELECT source, reason, count, last FROM refusals ORDER BY source, reason")],
+            "refused": [asdict(r) for r in holdings.refusals(db)],
         }
+
+    def forget(self, *, episode: str | None = None, session: str | None = None,
+               before: datetime | None = None) -> dict[str, Any]:
+        """Episodes gone for good (store, recall index, disk), then the renders rewritten without them."""
+        result = forget(self.store, episode=episode, session=session, before=before)
+        self.render()
+        return result.to_json()
 
     def recall(self, query: str, k: int = 5) -> list[Hit]:
         return recall(self.store, query, now=self.clock.now(), embedder=self.embedder, k=k)
 
-
-def _is_own(store: Store, target: str, origin: str) -> bool:
-    return store.db.execute(
-        "SELECT 1 FROM lessons WHERE hash = ? AND origin = '' UNION "
-        "SELECT 1 FROM records WHERE target = ? AND origin = ? AND type = 'lesson'",
-        (target, target, origin)).fetchone() is not None

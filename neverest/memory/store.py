@@ -345,6 +345,19 @@ def schema_version(db: sqlite3.Connection) -> int:
     return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
+def open_read_only(path: Path, *, busy_timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection that creates and migrates nothing (``neverestctl doctor`` changes nothing)."""
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s)
+    db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+    return db
+
+
+def integrity_problems(db: sqlite3.Connection, *, limit: int = 5) -> list[str]:
+    """SQLite's quick check: ``[]`` when the file is sound, else up to ``limit`` problems."""
+    found = [str(row[0]) for row in db.execute(f"PRAGMA quick_check({int(limit)})")]
+    return [] if found == ["ok"] else found
+
+
 def open_store(home: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Store:
     """The store in ``home``, created and migrated as needed."""
     return Store(ensure_home(home) / STORE_FILE, busy_timeout_s=busy_timeout_s)

@@ -16,6 +16,7 @@ memory service; none re-spells a sequence.  A request's own mistakes raise
     {"op": "revoke", "hash": HASH}               a full 32-hex hash
     {"op": "folder_sync", "dir": PATH}
     {"op": "commons", "action": "push"|"pull", "url": URL, "token_file": PATH}
+    {"op": "forget", "episode": ID} | {"op": "forget", "session": S} | {"op": "forget", "before": ISO-TIME}
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Final
 
 import trio
 
+from neverest.clock import parse_time
 from neverest.control import serve as serve_socket
 from neverest.memory.service import Memory
 from neverest.peers import table as peer_table
@@ -119,6 +121,19 @@ class ControlOps:
         record = await self.state.worker.write(lambda memory: memory.revoke(target))
         self._share_now()
         return {"result": {"hash": target, "seq": record.seq}}
+
+    async def op_forget(self, request: dict[str, Any]) -> dict[str, Any]:
+        chosen = {name: request[name] for name in ("episode", "session", "before") if request.get(name) is not None}
+        if len(chosen) != 1 or not all(isinstance(v, str) and 0 < len(v) <= 4096 for v in chosen.values()):
+            raise ValueError('forget takes exactly one of "episode", "session", "before" (strings)')
+        try:
+            before = parse_time(str(chosen["before"])) if "before" in chosen else None
+        except ValueError:
+            raise ValueError('"before" must be an ISO 8601 time') from None
+        episode, session = chosen.get("episode"), chosen.get("session")
+        result = await self.state.worker.write(
+            lambda memory: memory.forget(episode=episode, session=session, before=before))
+        return {"result": result}
 
     async def op_folder_sync(self, request: dict[str, Any]) -> dict[str, Any]:
         transport = FolderTransport(Path(_str(request, "dir")))
