@@ -7,7 +7,7 @@ and the merge rule, committed in batches.  Baseline in the same run: libsodium's
 Ed25519 check (`crypto_sign_open`) over the same records, already cut and decoded.
 Peak RSS of the receiving process is reported to show memory stays bounded.
 
-Target (issue 4): ≥ 0.7 × the raw verify rate.
+Target (README, "Figures"): ≥ 0.7 × the raw verify rate.
 
     python benchmarks/bench_receive.py [--records 100000] [--json]
 """

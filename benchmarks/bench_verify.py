@@ -16,7 +16,7 @@ identities, then times, over the same lines and in the same run:
 - cli: ``neverestctl verify FILE`` in-process, including reading the file and
   writing one JSON verdict per line.
 
-Target (issue 2): pipeline ≥ 0.8 × baseline.  Run:
+Target (README, "Figures"): pipeline ≥ 0.8 × baseline.  Run:
 
     python benchmarks/bench_verify.py [--lines 20000] [--json]
 """

@@ -1,7 +1,7 @@
 """The commons state of one lesson, judged from the records a memory holds.
 
 Every memory computes, for every lesson hash, one of five states from the signed
-records it holds about that hash (DESIGN §5, seeds/000 §3).  This module is the
+records it holds about that hash (PROTOCOL.md §9).  This module is the
 whole rule, and only the rule: no store, no clock, no I/O.  The records' facts,
 ``now``, the configuration and the trust policy are passed in, so the daemon and
 the network simulator run the same function and a verdict can be replayed.
@@ -36,7 +36,7 @@ the same records, use the same policy and judge at the same ``now`` agree.
   origins when it is not given).  One origin counts once however many records it
   sends, and the first publisher's own confirmations never count.  A second
   publisher counts: two memories that met the same surprise and wrote the same
-  sentence are a verification, not two lessons (seeds/000 §2).
+  sentence are a verification, not two lessons (PROTOCOL.md §9).
 
 - **The clock.**  A supporter's time is the signed time of its *earliest*
   supporting record, so re-sending or re-signing old support refreshes nothing, and a
@@ -136,7 +136,7 @@ _KINDS: Final = frozenset({"lesson", "confirm", "revoke"})
 
 @dataclass(frozen=True)
 class CommonsConfig:
-    """The commons parameters; defaults from DESIGN §5 (N = 3, W = 90 days, quorum N)."""
+    """The commons parameters; defaults as PROTOCOL.md §9 states them (N = 3, W = 90 days, quorum N)."""
 
     support_n: int = 3
     window_days: float = 90.0

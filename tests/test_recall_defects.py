@@ -1,6 +1,6 @@
 """Recall finds what the memory holds as soon as it holds it, and nothing for a query it has no words for.
 
-Each test failed before issue 11: own lessons were stored without a sentence vector,
+Each test failed on release 0.1: own lessons were stored without a sentence vector,
 events had no vector until the next sleep, and a query sharing nothing still returned
 the most recent rows at cosine 0.
 """
@@ -55,7 +55,7 @@ def test_a_lesson_stored_without_its_vector_by_an_older_release_is_recalled(tmp_
     store = open_store(tmp_path)
     remember(store, CORRECTION | {"session": "s1"})
     [learned] = sleep(store, now=NOW, embedder=HashedEmbedder(), config=Config()).learned
-    store.db.execute("UPDATE lessons SET embedding = NULL")  # as every release before issue 11 left them
+    store.db.execute("UPDATE lessons SET embedding = NULL")  # as release 0.1 left them
     hits = recall(store, learned["text"], now=NOW, embedder=HashedEmbedder(), touch=False)
     assert [h.text for h in hits if h.type == "lesson"] == [learned["text"]]
 

@@ -1,4 +1,4 @@
-"""The sharing acceptance scenario (issue 4), through the command line as a user runs it.
+"""The sharing acceptance scenario, through the command line as a user runs it.
 
 Five memories A–E share one folder.  A meets the same error in two sessions, sleeps
 and publishes; after a sync B–E hold the lesson as a candidate.  C, D and E meet that

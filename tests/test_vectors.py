@@ -1,4 +1,4 @@
-"""The shared wire-format vectors (copied from ../shared/vectors) must all pass."""
+"""The shared wire-format vectors (tests/vectors, the project's pinned wire vectors) must all pass."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ DEFAULT_BUSY_TIMEOUT_S: Final = 5.0
 # - lessons.origin is '' for this memory's own lessons, else the publishing origin;
 #   lessons.centroid is the mean of the source episodes' vectors, so that the mean
 #   cosine of an episode with a lesson's sources is one dot product.
-# - records keeps every valid wire record exactly as received (sharing, issue 4).
+# - records keeps every valid wire record exactly as received (sharing, PROTOCOL.md §9).
 _SCHEMA_V1: Final = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE episodes (
@@ -130,7 +130,7 @@ CREATE TABLE peers (
 );
 """
 
-# Version 2: sharing (issue 4).
+# Version 2: sharing.
 # - records gains the record's signed time, a digest of its bytes (one row per distinct
 #   record), and whether a newer version from the same origin superseded it;
 # - forks keeps the evidence when one origin signs two different records with one seq;
@@ -176,7 +176,7 @@ CREATE TABLE peer_addresses (
 CREATE INDEX peer_addresses_origin ON peer_addresses(origin);
 """
 
-# Version 3: sets are tables with keys (issue 11).
+# Version 3: sets are tables with keys.
 # - lesson_origins: the origins counted once each as support for a lesson, one row per origin
 #   (was the JSON list lessons.origins);
 # - lesson_sources: the episodes a lesson was learned from, one row per episode (was the JSON

@@ -1,4 +1,4 @@
 """The peer table, zeroconf discovery, the directory, scoring.
 
-Built in issue 5; empty until then.
+The peer table, zeroconf discovery and the directory (PROTOCOL.md §11–§12).
 """

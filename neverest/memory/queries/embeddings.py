@@ -25,7 +25,7 @@ def needing(db: sqlite3.Connection, table: Table, space: str, limit: int, *, une
             unarchived_only: bool = False) -> list[ToEmbed]:
     """Rows of ``table`` whose vector is not in ``space``: never embedded, or (unless
     ``unembedded_only``) embedded in another space.  A row with a space but no vector is
-    not embedded: releases before issue 11 stored their own lessons so (centroid only)."""
+    not embedded: releases before 0.2 stored their own lessons so (centroid only)."""
     sql = f"SELECT {_KEY[table]}, {_TEXT[table]} FROM {table} WHERE "
     sql += "(space IS NULL OR embedding IS NULL)" if unembedded_only else \
         "(space IS NULL OR space != ? OR embedding IS NULL)"
