@@ -28,7 +28,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if daemon is None:
         print(f"{'daemon':<12} not running")
     else:
-        print(f"{'daemon':<12} pid {daemon['pid']}, up {daemon['uptime_s']:.0f} s; next sleep {daemon['next_sleep']}")
+        print(f"{'daemon':<12} up {daemon['uptime_s']:.0f} s, pid {daemon['pid']}; next sleep {daemon['next_sleep']}")
         print(f"{'listening':<12} {', '.join(daemon['listen']) or '-'}")
         last_round = daemon["last_round"]
         print(f"{'peers':<12} {len(daemon['peers'])} address(es); last round "

@@ -36,7 +36,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     else:
         what = "lessons, corrections included" if args.corrections else "lessons (corrections stay private)"
         print(f"publishing {what} from {out['project']}; {out['signed']} record(s) signed now"
-              + ("; the daemon shares them with its peers now" if answer is not None else ""))
+              + ("; the daemon shares them with its peers now" if answer is not None and out["signed"] else ""))
     return 0
 
 
