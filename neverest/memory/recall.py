@@ -25,6 +25,7 @@ import numpy as np
 from neverest.clock import iso
 from neverest.memory.embed import HASHED_SPACE, Embedder, stack, words
 from neverest.memory.queries import episodes, lessons
+from neverest.memory.queries.embeddings import Table
 from neverest.memory.sleep import embed_rows
 from neverest.memory.store import Store
 
@@ -70,8 +71,12 @@ def catch_up(store: Store, embedder: Embedder) -> int:
     stopping as soon as the model fails (the store is not moved back to the hashed space).
     """
     hashed = embedder.space == HASHED_SPACE
+    tables: tuple[Table, ...] = ("episodes", "lessons")
+    if hashed and not episodes.any_unembedded(store.db):
+        # Every episode is stored with its hashed vector: only lessons (a few hundred rows) need a look.
+        tables = ("lessons",)
     return sum(embed_rows(store, embedder, table, unembedded_only=hashed, unarchived_only=True,
-                          stop_on_fallback=True) for table in ("episodes", "lessons"))
+                          stop_on_fallback=True) for table in tables)
 
 
 def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: int = 5,
@@ -83,14 +88,15 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
     q = vectors[0]
     # Score on the narrow columns first; read the texts of the top k only.
     day = iso(now)
-    found_episodes = episodes.recall_scan(store.db, day, space)
-    rows = found_episodes + lessons.recall_scan(store.db, day, space)
-    if not rows or k < 1:
+    found, learned = episodes.recall_scan(store.db, day, space), lessons.recall_scan(store.db, day, space)
+    n_episodes = len(found.keys)
+    keys = found.keys + learned.keys
+    if not keys or k < 1:
         return []
-    cosines = stack([r.embedding for r in rows], len(q)) @ q
-    ages = np.array([r.age_days for r in rows], dtype=np.float64)
+    cosines = stack(found.embeddings + learned.embeddings, len(q)) @ q
+    ages = np.array(found.age_days + learned.age_days, dtype=np.float64)
     recency = np.power(2.0, -ages / RECALL_HALF_LIFE_DAYS)
-    strengths = np.array([r.strength for r in rows], dtype=np.float64)
+    strengths = np.array(found.strengths + learned.strengths, dtype=np.float64)
     scores = 0.6 * cosines + 0.25 * recency + 0.15 * np.minimum(strengths, 2.0) / 2.0
     relevant = np.flatnonzero(cosines >= relevance_floor(space))
     if not len(relevant):
@@ -104,17 +110,17 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
     for i in top.tolist():
         if len(hits) == k:
             break
-        is_episode = i < len(found_episodes)
-        key = rows[i].key
+        is_episode = i < n_episodes
+        key = keys[i]
         if is_episode:
-            ep_id, kind, text = episodes.shown(store.db, key)
+            ep_id, kind, text, at = episodes.shown(store.db, key)
         else:
-            ep_id, (kind, text) = str(key), lessons.shown(store.db, key)
+            ep_id, (kind, text, at) = str(key), lessons.shown(store.db, key)
         if hashed and query_words.isdisjoint(words(text)):
             continue  # a collision of different words in the hashed slots, not a match
         hits.append(Hit(type="episode" if is_episode else "lesson", id=ep_id, kind=kind, text=text,
                         score=round(float(scores[i]), 4), cosine=round(float(cosines[i]), 4),
-                        strength=round(float(strengths[i]), 4), at=rows[i].at))
+                        strength=round(float(strengths[i]), 4), at=at))
     touched = [h.id for h in hits if h.type == "episode"]
     if touch and touched:
         with store.write() as db:

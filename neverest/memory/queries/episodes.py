@@ -56,31 +56,41 @@ def exists(db: sqlite3.Connection, episode_id: str) -> bool:
 
 
 class Scored(NamedTuple):
-    """Recall's narrow view of a row: enough to score it, not its text."""
+    """Recall's narrow view of many rows, by column (one tuple per column, not an object per row:
+    recall scans every row on every query, and 10 000 row objects cost more than the scoring)."""
 
-    key: int | str  # an episode's rowid, a lesson's id
-    strength: float
-    age_days: float
-    embedding: bytes
-    at: str
+    keys: list[int | str]  # an episode's rowid, a lesson's id
+    strengths: list[float]
+    age_days: list[float]
+    embeddings: list[bytes]
+
+    @classmethod
+    def of(cls, rows: list[tuple[int | str, float, float, bytes]]) -> Scored:
+        return cls([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
 
 
-def recall_scan(db: sqlite3.Connection, now: str, space: str) -> list[Scored]:
+def recall_scan(db: sqlite3.Connection, now: str, space: str) -> Scored:
     # Ages in days are computed by SQLite (julianday), far faster than parsing 10 000 strings in Python;
     # the columns read are those of the covering index episodes_recall.
-    return [Scored(*r) for r in db.execute(
-        "SELECT rowid, strength, max(julianday(?) - julianday(at), 0), embedding, at FROM episodes "
-        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (now, space))]
+    return Scored.of(db.execute(
+        "SELECT rowid, strength, max(julianday(?) - julianday(at), 0), embedding FROM episodes "
+        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (now, space)).fetchall())
+
+
+def any_unembedded(db: sqlite3.Connection) -> bool:
+    """Whether an episode was stored without a vector (an index look-up: recall asks on every query)."""
+    return db.execute("SELECT 1 FROM episodes WHERE space IS NULL LIMIT 1").fetchone() is not None
 
 
 class Shown(NamedTuple):
     id: str
     kind: str
     gist: str
+    at: str
 
 
 def shown(db: sqlite3.Connection, rowid: int | str) -> Shown:
-    return Shown(*db.execute("SELECT id, kind, gist FROM episodes WHERE rowid = ?", (rowid,)).fetchone())
+    return Shown(*db.execute("SELECT id, kind, gist, at FROM episodes WHERE rowid = ?", (rowid,)).fetchone())
 
 
 def touch(db: sqlite3.Connection, ids: Sequence[str], step: float, now: str) -> None:

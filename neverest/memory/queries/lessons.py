@@ -120,16 +120,17 @@ def rows(db: sqlite3.Connection, *, kind: str | None = None, include_archived: b
             for r in db.execute(sql, args)]
 
 
-def recall_scan(db: sqlite3.Connection, now: str, space: str) -> list[Scored]:
-    return [Scored(*r) for r in db.execute(
-        "SELECT id, strength, max(julianday(?) - julianday(updated), 0), embedding, updated FROM lessons "
-        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (now, space))]
+def recall_scan(db: sqlite3.Connection, now: str, space: str) -> Scored:
+    return Scored.of(db.execute(
+        "SELECT id, strength, max(julianday(?) - julianday(updated), 0), embedding FROM lessons "
+        "WHERE archived = 0 AND space = ? AND embedding IS NOT NULL", (now, space)).fetchall())
 
 
-def shown(db: sqlite3.Connection, lesson_id: int | str) -> tuple[str, str]:
-    """(kind, text) of a lesson."""
-    kind, text = db.execute("SELECT kind, text FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
-    return str(kind), str(text)
+def shown(db: sqlite3.Connection, lesson_id: int | str) -> tuple[str, str, str]:
+    """(kind, text, updated) of a lesson."""
+    kind, text, updated = db.execute("SELECT kind, text, updated FROM lessons WHERE id = ?",
+                                     (lesson_id,)).fetchone()
+    return str(kind), str(text), str(updated)
 
 
 def find_by_prefix(db: sqlite3.Connection, prefix: str) -> set[str]:
