@@ -190,7 +190,8 @@ class CommonsApp:
         if scope["type"] != "http":
             return
         headers = _headers(scope)
-        address = address_key(client_address(scope, headers, self.limits.trusted_proxies))
+        host = client_address(scope, headers, self.limits.trusted_proxies)
+        address = address_key(host)  # what failures are counted against (an IPv6 /64)
         who = "-"
         try:
             # An address that failed too often is refused before its credentials are looked at:
@@ -210,7 +211,7 @@ class CommonsApp:
                               headers=_retry_after(wait))
             await self._route(scope, headers, receive, send)
         except Refusal as exc:
-            self._log_refusal(scope, address, who, exc)
+            self._log_refusal(scope, host, address, who, exc)
             await _error(send, exc)
         except _ClientGone:
             return
@@ -221,14 +222,14 @@ class CommonsApp:
             except Exception:
                 pass  # the response had started or the client is gone: hypercorn closes the stream
 
-    def _log_refusal(self, scope: Scope, address: str, who: str, exc: Refusal) -> None:
+    def _log_refusal(self, scope: Scope, host: str, address: str, who: str, exc: Refusal) -> None:
         """Log a refusal; those of unauthenticated requests at most once a minute per address."""
         unlogged = 0
         if who == "-":
             wanted, unlogged = self.failures.should_log(address)
             if not wanted:
                 return
-        log.info("refused %s %r from %s (token %s): %d %s%s", scope["method"], scope["path"][:200], address, who,
+        log.info("refused %s %r from %s (token %s): %d %s%s", scope["method"], scope["path"][:200], host, who,
                  exc.status, exc.message, f" ({unlogged} more from this address not logged)" if unlogged else "")
 
     def _authenticate(self, headers: Mapping[bytes, bytes]) -> str:
