@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -203,3 +207,29 @@ async def test_ask_blames_a_daemon_that_closes_without_answering(tmp_path: Path)
         with pytest.raises(DaemonFailed, match="without an answer"):
             await trio.to_thread.run_sync(ask, tmp_path, {"op": "ping"})
     listener.close()
+
+
+def test_the_real_daemon_survives_hostile_requests(tmp_path: Path) -> None:
+    # The defect as met: 100 000 nested brackets on neverestd's socket ended its nursery.
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen", "127.0.0.1:0",
+                             "--no-mdns"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not running(home):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        for payload in (b"[" * 100_000 + b"\n", b'{"op":' + b"{" * 100_000 + b"\n", b"\xff\n", b'{"op":"bogus"}\n'):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(30)
+                sock.connect(str(home / SOCKET_FILE))
+                sock.sendall(payload)
+                sock.shutdown(socket.SHUT_WR)
+                answer = json.loads(sock.makefile("rb").read())
+            assert answer["ok"] is False and answer["fault"] == "client", answer
+        assert proc.poll() is None
+        assert ask(home, {"op": "status"})["status"]["uptime_s"] >= 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
