@@ -310,3 +310,30 @@ def test_any_single_byte_change_is_refused(data: st.DataObject) -> None:
     raw[at] = new
     with pytest.raises(RecordError):
         parse(bytes(raw))
+
+
+@settings(max_examples=60, deadline=None)
+@given(extra=st.dictionaries(st.text(st.characters(codec="ascii", exclude_characters='"\\'), min_size=1, max_size=6),
+                             st.one_of(st.integers(), st.text(max_size=8), st.lists(st.integers(), max_size=3)),
+                             max_size=4))
+def test_property_one_signed_message_has_exactly_one_line(extra: dict[str, object]) -> None:
+    # Insert the sig member before every top-level member and at the end: of all these lines,
+    # which all cut to the same signed bytes, exactly one verifies (the one the signer sent).
+    assume("sig" not in extra and not set(extra) & {"v", "hash", "origin", "key", "kind", "text", "seen", "strength",
+                                                   "updated", "seq", "confirm", "revoke"})
+    raw = lesson(extra=extra)
+    fields = json.loads(raw)
+    member = b'"sig":"' + fields["sig"].encode() + b'"'
+    cut = raw.replace(b"," + member, b"") if b"," + member in raw else raw.replace(member + b",", b"")
+    keys = [k for k in fields if k != "sig"]
+    lines = {b"{" + member + b"," + cut[1:], cut[:-1] + b"," + member + b"}"}
+    for k in keys[1:]:
+        at = cut.index(b"," + json.dumps(k, ensure_ascii=False).encode() + b":")
+        lines.add(cut[:at] + b"," + member + cut[at:])
+    accepted = []
+    for line in lines:
+        try:
+            accepted.append(parse(line).raw)
+        except RecordError as exc:
+            assert exc.code == "bad-signature"
+    assert accepted == [raw]
