@@ -526,6 +526,7 @@ def test_the_server_refuses_to_start_on_bad_tokens_or_a_shared_folder(tmp_path: 
     assert main(["--data", str(tmp_path / "data"), "--tokens", str(tmp_path / "missing")]) == 1
     assert "cannot read the tokens file" in capsys.readouterr().err
     assert main(["--data", str(tmp_path / "data"), "--tokens", str(tokens), "--burst", "0"]) == 2
+    assert main(["--data", str(tmp_path / "data"), "--tokens", str(tokens), "--auth-failure-burst", "0"]) == 2
     assert main(["--tokens", str(tokens)]) == 2  # --data is required
 
 
