@@ -52,6 +52,8 @@ MAX_CONNECTIONS: Final = 64
 MAX_ANSWER_BYTES: Final = 64 * 1024 * 1024
 # accept() errors that mean "out of descriptors or memory for now": wait and go on.
 _ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# Requests up to this size are parsed on the event loop (well under a millisecond).
+_PARSE_INLINE_BYTES: Final = 64 * 1024
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -95,9 +97,9 @@ def nesting_within(data: bytes, limit: int = MAX_DEPTH) -> bool:
     brackets dropped, then innermost pairs removed ``limit`` times; what is left is nested
     deeper (or unbalanced, which the parser refuses anyway).
     """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return True  # too few openers to nest deeper, wherever they are
     brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
-    if len(brackets) <= 2 * limit:
-        return True  # too few pairs to nest deeper
     for _ in range(limit):
         shorter = brackets.replace(b"[]", b"").replace(b"{}", b"")
         if not shorter:
@@ -125,6 +127,15 @@ async def _read_request(stream: trio.SocketStream, timeout_s: float) -> dict[str
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         raise BadRequest("the connection broke before the request was complete") from None
     line = bytes(data).split(b"\n", 1)[0]
+    if len(line) <= _PARSE_INLINE_BYTES:
+        return _parse_request(line)
+    # A large request (a few thousand events) takes a good fraction of a second to scan and
+    # parse: in a worker thread, the event loop keeps serving gossip and other clients meanwhile.
+    return await trio.to_thread.run_sync(_parse_request, line)
+
+
+def _parse_request(line: bytes) -> dict[str, Any]:
+    """The request in ``line``; raises BadRequest saying what is wrong with it."""
     if not nesting_within(line):
         raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
