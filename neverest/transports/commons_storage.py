@@ -73,6 +73,9 @@ def lock_folder(data_dir: Path) -> int:
     except BlockingIOError:
         os.close(lock_fd)
         raise CommonsServerError(f"another commons server is using {data_dir}") from None
+    except OSError as exc:  # a file system without locks, say
+        os.close(lock_fd)
+        raise CommonsServerError(f"cannot lock the data folder {data_dir}: {exc.strerror}") from None
     return lock_fd
 
 
