@@ -26,7 +26,7 @@ import trio
 from neverest.clock import FixedClock, iso
 from neverest.peers import directory as peer_directory
 from neverest.records import canonical, origin_of, sign_lesson
-from neverest.transports import commons_server
+from neverest.transports import commons_directory, commons_storage
 from neverest.transports.announce import sign_announcement
 from neverest.transports.commons_server import (
     MAX_FILE_BYTES,
@@ -263,7 +263,9 @@ async def test_an_oversize_body_streamed_without_length_is_cut_off(server: Serve
     assert await snapshot(server, 1) == before
 
 
-async def test_tokens_are_required_on_every_endpoint(server: Server) -> None:
+async def test_tokens_are_required_on_every_endpoint(start: Start) -> None:
+    # 30 failures from one address: more than the default failed-authentication burst.
+    server = await start(Limits(body_timeout_s=1.0, auth_failure_burst=100))
     v1 = body(1, range(1, 3))
     await put(server, 1, v1)
     before = await snapshot(server, 1)
@@ -425,11 +427,11 @@ async def test_failures_on_our_side_are_500_or_507_and_change_nothing(server: Se
     def full(path: Path, data: bytes) -> os.stat_result:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(commons_server, "_write", broken)
+    monkeypatch.setattr(commons_storage, "_write", broken)
     answer = await put(server, 1, body(1, range(1, 4)))
     assert answer.status_code == 500 and answer.json() == {
         "error": "internal", "message": "the server failed; the failure is logged"}
-    monkeypatch.setattr(commons_server, "_write", full)
+    monkeypatch.setattr(commons_storage, "_write", full)
     answer = await put(server, 1, body(1, range(1, 4)))
     assert answer.status_code == 507 and answer.json()["error"] == "no-space"
     assert await snapshot(server, 1) == before
@@ -453,6 +455,20 @@ async def test_rate_limit_per_token(start: Start) -> None:
         now[0] += 0.6
         assert (await a.get("/commons/index")).status_code == 200
         assert (await a.get("/commons/index")).status_code == 429
+
+
+async def test_failed_authentications_are_limited_per_address_over_real_sockets(start: Start) -> None:
+    server = await start(Limits(body_timeout_s=1.0, auth_failure_burst=5, auth_failure_rate_per_s=0.01))
+    wrong = {"authorization": "Bearer not-the-token-0123456789"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as guesser:
+        got = [(await guesser.get("/commons/index", headers=wrong)).status_code for _ in range(8)]
+        assert got == [403] * 5 + [429] * 3
+        # The address is blocked, whatever token it now sends.
+        assert (await guesser.get("/commons/index", headers=auth())).status_code == 429
+    # Another loopback address (the client binds 127.0.0.2) is another client.
+    other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    async with httpx.AsyncClient(base_url=server.url, timeout=10, transport=other, headers=auth()) as honest:
+        assert (await honest.get("/commons/index")).status_code == 200
 
 
 def test_token_bucket_refills_up_to_its_burst() -> None:
@@ -510,6 +526,7 @@ def test_the_server_refuses_to_start_on_bad_tokens_or_a_shared_folder(tmp_path: 
     assert main(["--data", str(tmp_path / "data"), "--tokens", str(tmp_path / "missing")]) == 1
     assert "cannot read the tokens file" in capsys.readouterr().err
     assert main(["--data", str(tmp_path / "data"), "--tokens", str(tokens), "--burst", "0"]) == 2
+    assert main(["--data", str(tmp_path / "data"), "--tokens", str(tokens), "--auth-failure-burst", "0"]) == 2
     assert main(["--tokens", str(tokens)]) == 2  # --data is required
 
 
@@ -582,7 +599,7 @@ async def test_announce_and_read_the_directory(start: Start, tmp_path: Path) -> 
 
 
 async def test_the_directory_keeps_the_newest_announcements(start: Start, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commons_server, "MAX_DIRECTORY_ENTRIES", 3)
+    monkeypatch.setattr(commons_directory, "MAX_DIRECTORY_ENTRIES", 3)
     server = await start(clock=FixedClock(NOW))
     async with server.client() as http:
         async with trio.open_nursery() as nursery:  # concurrent announcements share disk writes

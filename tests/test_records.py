@@ -148,6 +148,106 @@ def test_duplicate_keys_are_refused() -> None:
     assert code_of(raw[:-1] + b',"v":1}') == "duplicate-key"
 
 
+def _signed_as_is(unsigned: bytes) -> bytes:
+    """``unsigned`` signed by KEY as it stands, sig inserted at its sorted place (after seen)."""
+    sig = KEY.sign(unsigned).signature.hex().encode()
+    at = unsigned.index(b',"strength"')
+    return unsigned[:at] + b',"sig":"' + sig + b'"' + unsigned[at:]
+
+
+@pytest.mark.parametrize("second", [
+    b'"strength" :5.0',  # the space before the colon hid it from a byte count
+    b'"strength"\t:5.0',
+    b'"strength"\r\n :5.0',
+    b'"stre\\u006egth":5.0',  # an escape in the key
+    b'"\\u0073trength" : 5.0',
+])
+def test_a_duplicate_key_is_refused_however_it_is_spelled(second: bytes) -> None:
+    # Signed by the origin itself, so only the duplicate can be what refuses it.
+    fields = json.loads(lesson())
+    del fields["sig"]
+    unsigned = canonical(fields).replace(b'"strength":1.25', b'"strength":1.25,' + second)
+    assert code_of(_signed_as_is(unsigned)) == "duplicate-key"
+
+
+def test_a_duplicate_key_in_a_nested_object_is_refused() -> None:
+    fields = json.loads(lesson())
+    del fields["sig"]
+    fields["zz"] = {"a": 1}
+    unsigned = canonical(fields).replace(b'{"a":1}', b'{"a":1 , "a" :2}')
+    assert code_of(_signed_as_is(unsigned)) == "duplicate-key"
+
+
+json_keys = st.sampled_from(["v", "seen", "strength", "text", "zz"])
+spacing = st.sampled_from(["", " ", "\t", "\n", "\r\n ", "  "])
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_property_any_object_with_a_repeated_key_is_refused(data: st.DataObject) -> None:
+    # Any flat or nested object whose members repeat a key, spaced any way JSON allows and
+    # with any key spelled with \u escapes, is refused as duplicate-key.
+    keys = data.draw(st.lists(json_keys, min_size=2, max_size=6).filter(lambda ks: len(set(ks)) < len(ks)))
+
+    def spell(key: str) -> str:
+        if data.draw(st.booleans()):
+            return "".join(f"\\u{ord(c):04x}" if data.draw(st.booleans()) else c for c in key)
+        return key
+
+    members = [f'"{spell(k)}"{data.draw(spacing)}:{data.draw(spacing)}{data.draw(st.integers(0, 9))}' for k in keys]
+    body = "{" + ",".join(members) + "}"
+    line = body if data.draw(st.booleans()) else '{"outer":' + body + "}"
+    assert code_of(line) == "duplicate-key"
+
+
+def _moved(raw: bytes, where: bytes) -> bytes:
+    """``raw`` with its sig member moved to just before the member that starts with ``where``."""
+    sig: bytes = json.loads(raw)["sig"].encode()
+    member = b'"sig":"' + sig + b'"'
+    cut = raw.replace(b"," + member, b"")
+    if where == b"{":
+        return b"{" + member + b"," + cut[1:]
+    at = cut.index(b"," + where)
+    return cut[:at] + b"," + member + cut[at:]
+
+
+@pytest.mark.parametrize("where", [b"{", b'"key"', b'"kind"', b'"text"', b'"v"'])
+def test_sig_moved_elsewhere_does_not_verify(where: bytes) -> None:
+    # Moving sig leaves the cut bytes unchanged; accepting the result would let anyone make a
+    # second line with the record's origin and seq, stored and relayed as fork evidence.
+    raw = lesson(seq=5)
+    moved = _moved(raw, where)
+    assert moved != raw and json.loads(moved) == json.loads(raw)
+    assert code_of(moved) == "bad-signature"
+
+
+def test_sig_moved_into_the_signers_own_spaces_does_not_verify() -> None:
+    # A signer that put spaces in its line (its right: the signature covers them) still gets
+    # exactly one line per signed message: sig directly after a comma and before the next one.
+    fields = json.loads(lesson())
+    del fields["sig"]
+    unsigned = canonical(fields).replace(b',"strength"', b' , "strength"')
+    sig = KEY.sign(unsigned).signature.hex().encode()
+    member = b',"sig":"' + sig + b'"'
+    at = unsigned.index(b" , ")
+    good = unsigned[:at] + b" " + member + unsigned[at + 1:]  # {... "seen":2 ,"sig":"…", "strength"...
+    moved = unsigned[:at] + member + unsigned[at:]  # {... "seen":2,"sig":"…" , "strength"...
+    assert parse(good).fields["sig"] == sig.decode()
+    assert code_of(moved) == "bad-signature"
+
+
+def test_members_out_of_sorted_order_do_not_verify_even_signed_so() -> None:
+    # Signed by the origin itself in another key order: refused, since with unsorted members
+    # sig could sit in more than one place of the same signed bytes.
+    fields = json.loads(lesson())
+    del fields["sig"]
+    unsorted = json.dumps(dict(reversed(list(fields.items()))), separators=(",", ":"),
+                          ensure_ascii=False).encode()
+    sig = KEY.sign(unsorted).signature.hex()
+    line = unsorted[:-1] + b',"sig":"' + sig.encode() + b'"}'
+    assert code_of(line) == "bad-signature"
+
+
 @pytest.mark.parametrize(
     ("line", "code"),
     [
@@ -210,3 +310,30 @@ def test_any_single_byte_change_is_refused(data: st.DataObject) -> None:
     raw[at] = new
     with pytest.raises(RecordError):
         parse(bytes(raw))
+
+
+@settings(max_examples=60, deadline=None)
+@given(extra=st.dictionaries(st.text(st.characters(codec="ascii", exclude_characters='"\\'), min_size=1, max_size=6),
+                             st.one_of(st.integers(), st.text(max_size=8), st.lists(st.integers(), max_size=3)),
+                             max_size=4))
+def test_property_one_signed_message_has_exactly_one_line(extra: dict[str, object]) -> None:
+    # Insert the sig member before every top-level member and at the end: of all these lines,
+    # which all cut to the same signed bytes, exactly one verifies (the one the signer sent).
+    assume("sig" not in extra and not set(extra) & {"v", "hash", "origin", "key", "kind", "text", "seen", "strength",
+                                                   "updated", "seq", "confirm", "revoke"})
+    raw = lesson(extra=extra)
+    fields = json.loads(raw)
+    member = b'"sig":"' + fields["sig"].encode() + b'"'
+    cut = raw.replace(b"," + member, b"") if b"," + member in raw else raw.replace(member + b",", b"")
+    keys = [k for k in fields if k != "sig"]
+    lines = {b"{" + member + b"," + cut[1:], cut[:-1] + b"," + member + b"}"}
+    for k in keys[1:]:
+        at = cut.index(b"," + json.dumps(k, ensure_ascii=False).encode() + b":")
+        lines.add(cut[:at] + b"," + member + cut[at:])
+    accepted = []
+    for line in lines:
+        try:
+            accepted.append(parse(line).raw)
+        except RecordError as exc:
+            assert exc.code == "bad-signature"
+    assert accepted == [raw]

@@ -30,6 +30,10 @@ EXPECTED_CODE = {
     "confirm-bad-target": "bad-field",
     "lesson-unsigned": "bad-signature",
     "lesson-not-canonical-bytes": "bad-signature",
+    "lesson-sig-moved-to-front": "bad-signature",
+    "lesson-sig-moved-to-middle": "bad-signature",
+    "lesson-duplicate-key-spaced": "duplicate-key",
+    "lesson-duplicate-key-escaped": "duplicate-key",
 }
 
 
@@ -63,3 +67,10 @@ def test_record_vector(case: dict[str, str]) -> None:
 def test_every_refused_vector_has_an_expected_code() -> None:
     refused = {c["name"] for c in RECORDS if c["expect"] == "refuse"}
     assert refused == set(EXPECTED_CODE)
+
+
+def test_the_forged_fork_and_hidden_duplicate_vectors_are_loaded() -> None:
+    # The vectors of issue 11: guard against their being dropped from the file by a re-copy.
+    names = {c["name"] for c in RECORDS}
+    assert {"lesson-sig-moved-to-front", "lesson-sig-moved-to-middle", "lesson-duplicate-key-spaced",
+            "lesson-duplicate-key-escaped"} <= names

@@ -1,19 +1,24 @@
-"""The commons' bearer tokens and per-token rate limits.
+"""The commons' bearer tokens, per-token rate limits, and the limit on failed authentications.
 
 Tokens come from a file, one per line (blank lines and ``#`` comments skipped), 16 to 512
 characters of the RFC 6750 token set; the file is read again when it changes, and a broken
 new version leaves the previous tokens in force.  Logs name a token only by the first 8 hex
 digits of its SHA-256.  Each token has a token bucket, driven by an injected monotonic clock.
+Failed authentications (no token, a wrong one) are limited per client address by another
+bucket (``FailureLimiter``), and logged at most once a minute per address.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -139,3 +144,97 @@ class RateLimiter:
                 del self._buckets[key]
 
 
+
+
+# -- failed authentication, per client address ----------------------------------------------
+
+MAX_TRACKED_ADDRESSES: Final = 10_000
+# A refused authentication is logged at most once per address per minute; the next line
+# logged says how many were not.
+LOG_EVERY_S: Final = 60.0
+
+
+def address_key(host: str) -> str:
+    """What failures are counted against: an IPv4 address, or an IPv6 address's /64.
+
+    One machine usually holds a whole IPv6 /64, so counting single addresses would let it
+    rotate through fresh ones.  An IPv4-mapped IPv6 address counts as its IPv4 address.
+    """
+    if ":" not in host:
+        return host
+    try:
+        address = ipaddress.IPv6Address(host.partition("%")[0])
+    except ValueError:
+        return host  # not an address (a test client's name): count it as given
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network((address, 64), strict=False))
+
+
+@dataclass(slots=True)
+class _Failures:
+    level: float  # failures the address may still make (a token bucket)
+    then: float  # when ``level`` was computed
+    logged_at: float  # when a refusal from the address was last logged
+    unlogged: int  # refusals since then that were not
+
+
+class FailureLimiter:
+    """Failed authentications per client address: a token bucket per address.
+
+    An address may fail ``burst`` times at once, then ``rate_per_s`` times a second; past
+    that, it is refused before its credentials are even looked at (so a guesser gains no
+    tries by ignoring the refusals).  At most ``max_addresses`` addresses are tracked; the
+    one that failed least recently is forgotten first, which only gives it a fresh burst.
+    ``rate_per_s`` 0 or less disables the limit (logging stays bounded).
+    """
+
+    def __init__(self, rate_per_s: float, burst: float, clock: Callable[[], float],
+                 max_addresses: int = MAX_TRACKED_ADDRESSES) -> None:
+        self.rate = rate_per_s
+        self.burst = max(1.0, burst)
+        self._clock = clock
+        self._max = max(1, max_addresses)
+        self._by_address: OrderedDict[str, _Failures] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_address)
+
+    def _level(self, state: _Failures, now: float) -> float:
+        return min(self.burst, state.level + max(0.0, now - state.then) * self.rate)
+
+    def wait(self, address: str) -> float:
+        """0.0 when ``address`` may try to authenticate now, else the seconds until it may."""
+        state = self._by_address.get(address)
+        if state is None or self.rate <= 0:
+            return 0.0
+        level = self._level(state, self._clock())
+        return 0.0 if level >= 1.0 else (1.0 - level) / self.rate
+
+    def _state(self, address: str, now: float) -> _Failures:
+        state = self._by_address.get(address)
+        if state is None:
+            state = _Failures(level=self.burst, then=now, logged_at=-math.inf, unlogged=0)
+            self._by_address[address] = state
+            while len(self._by_address) > self._max:
+                self._by_address.popitem(last=False)
+        else:
+            self._by_address.move_to_end(address)
+        return state
+
+    def failed(self, address: str) -> None:
+        """Count one failed authentication from ``address``."""
+        now = self._clock()
+        state = self._state(address, now)
+        state.level = max(0.0, self._level(state, now) - 1.0)
+        state.then = now
+
+    def should_log(self, address: str) -> tuple[bool, int]:
+        """Whether to log a refusal of ``address`` now, and how many went unlogged before it."""
+        now = self._clock()
+        state = self._state(address, now)
+        if now - state.logged_at < LOG_EVERY_S:
+            state.unlogged += 1
+            return False, 0
+        unlogged, state.unlogged, state.logged_at = state.unlogged, 0, now
+        return True, unlogged

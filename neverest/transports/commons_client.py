@@ -15,14 +15,21 @@ record pulled still goes through the one receive function here (PROTOCOL.md §14
   changed since it last read them, each conditional too.
 
 The ETags remembered live in the store's ``meta`` table, one entry per commons URL.
-Every request has connect and read timeouts and a bounded body; a bearer token is
-sent on every request.
+Every request goes through ``neverest.httpclient``: connect and read timeouts, a total
+deadline per request (``REQUEST_TIMEOUT_S``) and a bounded body; a bearer token is sent on
+every request.  ``push``, ``pull`` and ``announce`` take an optional ``transport`` (an
+``httpx.BaseTransport``, such as ``httpx.MockTransport``) that carries their requests
+instead of the network, so tests and the simulator can fake it.
+
+Errors say who is at fault: ``CommonsUnreachable`` when the network did not carry a request
+(nothing listening, a timeout), ``CommonsRefused`` when the commons answered and refused
+(its status and reason in the message); both are ``CommonsError``.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,22 +38,49 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from neverest import httpclient
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
-from neverest.records import MAX_RECORD_BYTES
 from neverest.transports.announce import sign_announcement
+from neverest.transports.commons_protocol import (
+    ANNOUNCE_PATH,
+    INDEX_PATH,
+    JSON_CONTENT_TYPE,
+    MAX_FILE_BYTES,
+    MAX_INDEX_BYTES,
+    MAX_RECORDS,
+    ORIGIN,
+    RECORDS_CONTENT_TYPE,
+    file_path,
+    record_lines,
+)
 
-MAX_RECORDS: Final = 1000
-MAX_FILE_BYTES: Final = 256 * 1024
-MAX_INDEX_BYTES: Final = 8 * 1024 * 1024
-_ORIGIN = re.compile(r"[0-9a-f]{16}")
+# One request, answer included; a file is at most 256 KiB and an index a few MB.
+REQUEST_TIMEOUT_S: Final = 60.0
+# What the commons may answer to a PUT or an announcement: a small JSON object.
+MAX_ANSWER_BYTES: Final = 64 * 1024
+# A file as served may be a little over the limit of what a PUT may hold (another server's
+# rules): read it, and let the receive function judge each line.
+MAX_FILE_ANSWER_BYTES: Final = MAX_FILE_BYTES + 1024
 
 
 class CommonsError(Exception):
-    """The commons could not be used; the message says what it answered."""
+    """The commons could not be used; the message says what happened and who is at fault."""
+
+
+class CommonsUnreachable(CommonsError):
+    """The network did not carry a request to the commons (nothing listening, a timeout)."""
+
+
+class CommonsRefused(CommonsError):
+    """The commons answered and refused; ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -82,12 +116,31 @@ def base_url(url: str) -> str:
     return url.strip().rstrip("/").removesuffix("/commons")
 
 
-def _client(token: str, url: str) -> httpx.Client:
-    # A plain-http commons (a LAN, loopback) needs no TLS: skip loading the CA bundle, which
-    # costs ~50 ms per client.  An https:// one is verified as always.
-    tls: bool = urlsplit(url).scheme == "https"
-    return httpx.Client(timeout=httpx.Timeout(30.0, connect=5.0), follow_redirects=False, verify=tls,
-                        headers={"authorization": f"Bearer {token}"})
+def _client(token: str, transport: httpx.BaseTransport | None) -> httpx.Client:
+    return httpclient.sync_client(transport=transport, headers={"authorization": f"Bearer {token}"})
+
+
+def _refusal(exc: httpclient.PeerRefused) -> CommonsRefused:
+    """What the commons said, from its error body ``{"error", "message"}`` when it sent one."""
+    try:
+        body = json.loads(exc.detail)
+        said = f"HTTP {exc.status} {body['error']}: {body['message']}"
+    except (ValueError, TypeError, KeyError):
+        said = str(exc)
+    return CommonsRefused(said, exc.status)
+
+
+def _request(client: httpx.Client, method: str, url: str, *, max_bytes: int, accept: Container[int],
+             content: bytes | None = None, headers: Mapping[str, str] | None = None) -> httpclient.Answer:
+    """One bounded request; CommonsUnreachable or CommonsRefused (a status not in ``accept``)."""
+    try:
+        return httpclient.request_bounded_sync(client, method, url, max_bytes=max_bytes,
+                                               total_timeout_s=REQUEST_TIMEOUT_S, content=content,
+                                               headers=headers, accept=accept)
+    except httpclient.TransportFailure as exc:
+        raise CommonsUnreachable(str(exc)) from None
+    except httpclient.PeerRefused as exc:
+        raise _refusal(exc) from None
 
 
 def load_memo(store: Store, url: str) -> dict[str, Any]:
@@ -104,25 +157,10 @@ def save_memo(store: Store, url: str, remembered: dict[str, Any]) -> None:
 
 
 def _get(client: httpx.Client, url: str, limit: int, etag: str | None) -> tuple[int, bytes, str | None]:
+    """A conditional GET: (200, body, ETag) or (304, b"", ETag); raises for any other answer."""
     headers = {"if-none-match": etag} if etag else {}
-    try:
-        with client.stream("GET", url, headers=headers) as response:
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > limit:
-                    raise CommonsError(f"{url} answered more than {limit} bytes")
-            return response.status_code, bytes(body), response.headers.get("etag")
-    except httpx.HTTPError as exc:
-        raise CommonsError(f"{url}: {exc}") from None
-
-
-def _refusal(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        return f"HTTP {response.status_code} {body.get('error')}: {body.get('message')}"
-    except ValueError:
-        return f"HTTP {response.status_code}: {response.text[:200]}"
+    answer = _request(client, "GET", url, max_bytes=limit, accept=(200, 304), headers=headers)
+    return answer.status, answer.body, answer.headers.get("etag")
 
 
 def own_file(store: Store, identity: Identity) -> tuple[bytes, int]:
@@ -139,93 +177,94 @@ def own_file(store: Store, identity: Identity) -> tuple[bytes, int]:
     return b"".join(raw + b"\n" for raw in chosen), len(chosen)
 
 
-def push(store: Store, identity: Identity, url: str, token: str) -> dict[str, Any]:
+def push(store: Store, identity: Identity, url: str, token: str, *,
+         transport: httpx.BaseTransport | None = None) -> dict[str, Any]:
     base = base_url(url)
     body, count = own_file(store, identity)
     memo = load_memo(store, base)
-    target = f"{base}/commons/{identity.origin}.jsonl"
+    target = base + file_path(identity.origin)
     conflict = None
-    with _client(token, base) as client:
+    with _client(token, transport) as client:
         for _ in range(2):
             etag = memo.get("own")
-            headers = {"content-type": "application/x-ndjson"} | (
+            headers = {"content-type": RECORDS_CONTENT_TYPE} | (
                 {"if-match": etag} if etag else {"if-none-match": "*"})
             try:
-                response = client.put(target, content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                raise CommonsError(f"{target}: {exc}") from None
-            if response.status_code in (200, 201, 204):
-                memo["own"] = response.headers.get("etag")
+                answer = _request(client, "PUT", target, content=body, headers=headers, max_bytes=MAX_ANSWER_BYTES,
+                                  accept=(200, 201, 204, 412))
+            except CommonsRefused as exc:
+                raise CommonsRefused(f"push refused: {exc}", exc.status) from None
+            if answer.status != 412:
+                memo["own"] = answer.headers.get("etag")
                 save_memo(store, base, memo)
                 return {"records": count, "bytes": len(body), "etag": memo["own"], "conflict": conflict}
-            if response.status_code != 412:
-                raise CommonsError(f"push refused: {_refusal(response)}")
             # Someone else wrote this origin's file (another machine with this key, a restored
             # backup): read what is there now, report it, and write ours over it once.
-            status, _, current = _get(client, target, MAX_FILE_BYTES + 1024, None)
+            try:
+                status, _, current = _get(client, target, MAX_FILE_ANSWER_BYTES, None)
+            except CommonsRefused as exc:
+                if exc.status != 404:
+                    raise
+                status, current = 404, None
             conflict = f"the commons held another version ({current or 'none'}) than the one last written here"
             memo["own"] = current if status == 200 else None
-    raise CommonsError(f"push refused twice: {conflict}")
+    raise CommonsRefused(f"push refused twice: {conflict}", 412)
 
 
-def pull(store: Store, identity: Identity, url: str, token: str, config: Config, now: datetime) -> PullResult:
+def pull(store: Store, identity: Identity, url: str, token: str, config: Config, now: datetime, *,
+         transport: httpx.BaseTransport | None = None) -> PullResult:
     base = base_url(url)
     memo = load_memo(store, base)
     result = PullResult()
-    with _client(token, base) as client:
-        status, body, etag = _get(client, f"{base}/commons/index", MAX_INDEX_BYTES, memo.get("index"))
+    with _client(token, transport) as client:
+        status, body, etag = _get(client, base + INDEX_PATH, MAX_INDEX_BYTES, memo.get("index"))
         result.index_requests += 1
         if status == 304:
             return result
-        if status != 200:
-            raise CommonsError(f"{base}/commons/index answered HTTP {status}")
         try:
             index = json.loads(body)
-        except ValueError:
-            raise CommonsError(f"{base}/commons/index is not JSON") from None
+        except (ValueError, RecursionError):
+            raise CommonsRefused(f"{base}{INDEX_PATH} is not JSON", status) from None
         if not isinstance(index, list):
-            raise CommonsError(f"{base}/commons/index is not a list")
+            raise CommonsRefused(f"{base}{INDEX_PATH} is not a list", status)
         complete = True
         with Receiver(store, own_origin=identity.origin, config=config, now=now) as receiver:
             for entry in index[:100_000]:
                 origin = entry.get("origin") if isinstance(entry, dict) else None
-                if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin) or origin == identity.origin:
+                if not isinstance(origin, str) or not ORIGIN.fullmatch(origin) or origin == identity.origin:
                     continue
                 known = memo["files"].get(origin)
                 if known is not None and known == entry.get("etag"):
                     continue  # unchanged since it was last read here
-                status, data, file_etag = _get(client, f"{base}/commons/{origin}.jsonl", MAX_FILE_BYTES + 1024,
-                                               known)
                 result.file_requests += 1
-                if status == 304:
-                    memo["files"][origin] = file_etag or known
-                    continue
-                if status != 200:
+                try:
+                    status, data, file_etag = _get(client, base + file_path(origin), MAX_FILE_ANSWER_BYTES, known)
+                except CommonsRefused as exc:
                     # Not read this time (rate limited, gone...): the index is not remembered,
                     # so the next pull looks at every file again instead of getting a 304.
                     complete = False
-                    if status == 429:
+                    if exc.status == 429:
                         break
                     continue
-                lines = [line for line in data.split(b"\n") if line.strip()]
+                if status == 304:
+                    memo["files"][origin] = file_etag or known
+                    continue
                 result.files[origin] = receiver.receive(
-                    (line if len(line) <= MAX_RECORD_BYTES else None for line in lines),
-                    source=f"commons:{urlsplit(base).netloc}")
+                    (line for _, line in record_lines(data)), source=f"commons:{urlsplit(base).netloc}")
                 memo["files"][origin] = file_etag
         memo["index"] = etag if complete else None
     save_memo(store, base, memo)
     return result
 
 
-def announce(url: str, token: str, identity: Identity, reachable_at: str, now: datetime) -> bool:
+def announce(url: str, token: str, identity: Identity, reachable_at: str, now: datetime, *,
+             transport: httpx.BaseTransport | None = None) -> bool:
     """Tell the commons' directory where peers reach this daemon (signed by its key)."""
     body = sign_announcement(identity.signing_key, reachable_at, now)
-    with _client(token, url) as client:
+    with _client(token, transport) as client:
         try:
-            response = client.post(f"{base_url(url)}/directory/announce", content=body,
-                                   headers={"content-type": "application/json"})
-        except httpx.HTTPError as exc:
-            raise CommonsError(f"announce: {exc}") from None
-    if response.status_code not in (200, 201, 204):
-        raise CommonsError(f"announce refused: {_refusal(response)}")
+            _request(client, "POST", base_url(url) + ANNOUNCE_PATH, content=body, max_bytes=MAX_ANSWER_BYTES,
+                     headers={"content-type": JSON_CONTENT_TYPE}, accept=(200, 201, 204))
+        except CommonsRefused as exc:
+            raise CommonsRefused(f"announce refused: {exc}", exc.status) from None
     return True

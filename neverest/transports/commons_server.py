@@ -8,15 +8,27 @@ another memory's mouth; receivers still verify every record themselves (the serv
 is a carrier, never a source of trust).
 
 Run it with ``neverestd commons --listen HOST:PORT --data DIR --tokens FILE`` or
-``python -m neverest.transports.commons_server`` with the same options (``main``).
-It is an ASGI app (``CommonsApp``) served by hypercorn's trio worker (``serve``);
-SIGINT and SIGTERM stop it cleanly with exit status 0.
+``python -m neverest.transports.commons_server`` with the same options (``main``, this
+module).  It is an ASGI app (``CommonsApp``) served by hypercorn's trio worker
+(``serve``); SIGINT and SIGTERM stop it cleanly with exit status 0.
+
+The code is split by concern; this module is the command line and the contract below:
+
+- ``commons_protocol``: what the client shares with the server (paths, limits, the lines
+  of a file and what makes one valid, ETags and conditional requests, the error shape);
+- ``commons_auth``: bearer tokens, the per-token rate limit, the failed-authentication limit;
+- ``commons_storage``: the files, written atomically and durably, and the index scan;
+- ``commons_directory``: announcements and the peer directory;
+- ``commons_app``: the ASGI app (``CommonsApp``, ``Limits``) and ``serve``.
 
 Options: ``--listen HOST:PORT`` (default ``127.0.0.1:7429``; give ``0.0.0.0:7429`` to
 serve other machines; port 0 picks a free port), ``--data DIR`` (required, created if
 missing), ``--tokens FILE`` (required), ``--rate R`` (requests per second per token,
 default 100; 0 disables the limiter), ``--burst B`` (default 1 100), ``--body-timeout S``
-(default 30), ``--max-origins N`` (default 10 000).  Exit status: 0 after a signal,
+(default 30), ``--max-origins N`` (default 10 000), ``--auth-failure-rate R`` (failed
+authentications per second per client address, default 1/6; 0 disables the limit),
+``--auth-failure-burst B`` (default 20), ``--trusted-proxy ADDR`` (repeatable: a reverse
+proxy whose ``X-Forwarded-For`` names the client).  Exit status: 0 after a signal,
 1 when the server cannot start (the message says why), 2 for a usage error.  Once
 listening it logs ``commons server listening on http://HOST:PORT`` to standard error.
 The server speaks plain HTTP: bearer tokens travel in the clear, so across untrusted
@@ -95,6 +107,19 @@ Each token has a token bucket: ``rate`` requests per second, bursts of ``burst``
 Past it: 429 with ``Retry-After`` (whole seconds).  Every request costs 1, whatever
 its kind.
 
+Failed authentications (a 401 or a 403) are limited per client address, whatever
+token they tried: each address has a bucket of ``--auth-failure-burst`` failures
+(default 20), refilled at ``--auth-failure-rate`` per second (default one every 6 s).
+Once it is empty, every request from that address, with a good token or not, is
+answered 429 ``rate-limited`` with ``Retry-After`` before its credentials are looked
+at, so a guesser gains nothing by ignoring the refusals.  An IPv6 client is counted
+by its /64 (one machine usually holds a whole /64).  At most 10 000 addresses are
+tracked (the least recently failed is forgotten first).  Behind a reverse proxy every
+client has the proxy's address: name the proxy with ``--trusted-proxy`` so that the
+last address of its ``X-Forwarded-For`` is counted instead.  Refusals of
+unauthenticated requests are logged at most once a minute per address; the next line
+logged says how many were not.
+
 Conditional requests
 --------------------
 
@@ -155,7 +180,8 @@ before its body is complete gets no answer, and nothing changes.  Hypercorn boun
 the request line and headers (16 KiB), idle connections (60 s before a first request,
 30 s keep-alive), and answers a request it cannot parse (a raw non-ASCII byte in the
 path, say) with its own 400 before the app sees it.  A refusal is logged at INFO with
-its method, path, client address and token id.
+its method, path, client address and token id (those of unauthenticated requests at
+most once a minute per address, as said above).
 
 Storage and durability
 ----------------------
@@ -196,748 +222,51 @@ are for writers you trust not to do that; signatures are what every receiver che
 from __future__ import annotations
 
 import argparse
-import errno
-import fcntl
-import functools
-import hashlib
-import io
-import json
 import logging
-import math
-import os
-import re
 import sys
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-import nacl.exceptions
-import nacl.signing
 import trio
 
-from neverest.clock import Clock, SystemClock, iso
-from neverest.files import atomic_write
-from neverest.lines import read_lines
-from neverest.peers import directory as peer_directory
-from neverest.peers.table import PeerError, normalise_url
-from neverest.records import MAX_RECORD_BYTES, RecordError, origin_of, parse_many
-from neverest.serving import lifespan, serve_asgi, stop_on_signals
-from neverest.transports.announce import announcement_bytes
-from neverest.transports.commons_auth import (
-    CommonsServerError,
-    RateLimiter,
-    Tokens,
+from neverest.serving import stop_on_signals
+from neverest.transports.commons_app import (
+    DEFAULT_AUTH_FAILURE_BURST,
+    DEFAULT_AUTH_FAILURE_RATE_PER_S,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_BURST,
+    DEFAULT_RATE_PER_S,
+    MAX_ORIGINS,
+    CommonsApp,
+    Limits,
+    serve,
+    serve_app,
 )
+from neverest.transports.commons_auth import CommonsServerError, FailureLimiter, RateLimiter, Tokens
+from neverest.transports.commons_directory import Directory, check_announcement
+from neverest.transports.commons_protocol import (
+    MAX_ANNOUNCE_BYTES,
+    MAX_FILE_BYTES,
+    MAX_RECORDS,
+    Refusal,
+    check_file,
+    check_preconditions,
+    etag_of,
+    not_modified,
+)
+from neverest.transports.commons_storage import Entry, scan
 
-INDEX_PATH: Final = "/commons/index"
-DIRECTORY_PATH: Final = "/directory"
-ANNOUNCE_PATH: Final = "/directory/announce"
-RECORDS_CONTENT_TYPE: Final = "application/x-ndjson"
-JSON_CONTENT_TYPE: Final = "application/json"
+# What this module offered before the split, kept for its importers.
+__all__ = [
+    "MAX_ANNOUNCE_BYTES", "MAX_FILE_BYTES", "MAX_ORIGINS", "MAX_RECORDS", "CommonsApp", "CommonsServerError",
+    "Directory", "Entry", "FailureLimiter", "Limits", "RateLimiter", "Refusal", "Tokens", "check_announcement",
+    "check_file", "check_preconditions", "etag_of", "main", "not_modified", "scan", "serve", "serve_app",
+]
 
-MAX_RECORDS: Final = 1000
-MAX_FILE_BYTES: Final = 256 * 1024
-MAX_ORIGINS: Final = 10_000
-MAX_ANNOUNCE_BYTES: Final = 4 * 1024
-MAX_DIRECTORY_ENTRIES: Final = 10_000
-# What GET /directory serves: no more than a daemon's directory reader keeps.
-DIRECTORY_SERVED: Final = peer_directory.MAX_PEERS
-ANNOUNCE_SKEW_S: Final = 600.0
-DEFAULT_RATE_PER_S: Final = 100.0
-# A full pull of 1 000 changed files plus the index fits in one burst.
-DEFAULT_BURST: Final = 1100.0
-DEFAULT_BODY_TIMEOUT_S: Final = 30.0
 DEFAULT_LISTEN: Final = "127.0.0.1:7429"
-WORKER_THREADS: Final = 16
-
-COMMONS_FOLDER: Final = "commons"
-DIRECTORY_FILE: Final = "directory.json"
-LOCK_FILE: Final = ".lock"
-
-ANNOUNCEMENT_FIELDS: Final = frozenset({"origin", "key", "url", "at", "sig"})
-
-_FILE_PATH = re.compile(r"/commons/([0-9a-f]{16})\.jsonl")
-_FILE_NAME = re.compile(r"[0-9a-f]{16}\.jsonl")
-_TEMP_NAME = re.compile(r"\.[0-9a-f]{16}\.jsonl\..*\.tmp")
-_HEX = frozenset("0123456789abcdef")
 
 log = logging.getLogger("neverest.commons")
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
-
-
-
-
-class Refusal(Exception):
-    """A request is refused; everything in it is safe to send back to the client."""
-
-    def __init__(self, status: int, code: str, message: str, *, headers: Headers | None = None,
-                 extra: Mapping[str, Any] | None = None) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers or []
-        self.extra = dict(extra or {})
-
-
-class _ClientGone(Exception):
-    """The client disconnected before its request was complete: there is nobody to answer."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The server's tunable bounds (the per-file limits are the protocol's and are fixed)."""
-
-    rate_per_s: float = DEFAULT_RATE_PER_S  # per token; 0 or less disables the limiter
-    burst: float = DEFAULT_BURST
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
-    max_origins: int = MAX_ORIGINS
-
-
-# -- small pure helpers ---------------------------------------------------------------
-
-
-def etag_of(data: bytes) -> str:
-    """The strong ETag of some bytes: BLAKE2b-128 in hex, quoted, as it appears in headers."""
-    return '"' + hashlib.blake2b(data, digest_size=16).hexdigest() + '"'
-
-
-def _is_hex(value: object, length: int) -> bool:
-    return isinstance(value, str) and len(value) == length and set(value) <= _HEX
-
-
-def _etag_list(value: bytes) -> list[str] | None:
-    """The entity tags of an If-Match / If-None-Match header; None stands for ``*``."""
-    text = value.decode("latin-1").strip()
-    if text == "*":
-        return None
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def _strong_match(tags: list[str], etag: str) -> bool:
-    return etag in tags  # a weak tag (W/"…") never equals a strong one
-
-
-def _weak_match(tags: list[str], etag: str) -> bool:
-    return any(tag.removeprefix("W/") == etag for tag in tags)
-
-
-def check_preconditions(headers: Mapping[bytes, bytes], current: str | None) -> None:
-    """Raise 412 unless the write's conditions hold for the current ETag (None: no file).
-
-    Evaluated in the order of RFC 9110 §13.2.2: If-Match, then If-None-Match.
-    """
-    extra = {"etag": current} if current is not None else {}
-    if_match = headers.get(b"if-match")
-    if if_match is not None:
-        tags = _etag_list(if_match)
-        if current is None:
-            raise Refusal(412, "precondition-failed", "If-Match: there is no file for this origin yet", extra=extra)
-        if tags is not None and not _strong_match(tags, current):
-            raise Refusal(412, "precondition-failed",
-                          f"If-Match: the file has changed; its current ETag is {current}", extra=extra)
-    if_none_match = headers.get(b"if-none-match")
-    if if_none_match is not None and current is not None:
-        tags = _etag_list(if_none_match)
-        if tags is None:
-            raise Refusal(412, "precondition-failed",
-                          f"If-None-Match: *: a file for this origin exists (ETag {current})", extra=extra)
-        if _weak_match(tags, current):
-            raise Refusal(412, "precondition-failed", f"If-None-Match: the file is {current}", extra=extra)
-
-
-def not_modified(headers: Mapping[bytes, bytes], etag: str) -> bool:
-    """Whether a read's If-None-Match names ``etag`` (weak comparison, ``*`` included)."""
-    value = headers.get(b"if-none-match")
-    if value is None:
-        return False
-    tags = _etag_list(value)
-    return tags is None or _weak_match(tags, etag)
-
-
-# -- the files -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One origin's file as the index describes it."""
-
-    origin: str
-    updated: str
-    records: int
-    etag: str
-    size: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"origin": self.origin, "updated": self.updated, "records": self.records, "etag": self.etag}
-
-
-def _lines(data: bytes) -> list[tuple[int, bytes | None]]:
-    """The record lines of a file as receivers read them: numbered, blank ones skipped."""
-    return [(n, line) for n, line in read_lines(io.BytesIO(data), MAX_RECORD_BYTES)
-            if line is None or line.strip()]
-
-
-def _entry(origin: str, data: bytes, st: os.stat_result) -> Entry:
-    return Entry(origin=origin, updated=iso(datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)),
-                 records=len(_lines(data)), etag=etag_of(data), size=len(data))
-
-
-def check_file(origin: str, body: bytes, known: Iterable[bytes] = ()) -> int:
-    """Check a PUT body for ``origin``; the number of records, or a Refusal.
-
-    ``known`` are lines already verified for this origin (those of the stored file): a
-    line repeated byte for byte is not verified again, since the verdict is a function
-    of the bytes alone.  Blocking (it verifies signatures): run it in a thread.
-    """
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Refusal(400, "bad-encoding", f"the body is not UTF-8 (byte {exc.start})") from None
-    lines = _lines(body)
-    if len(lines) > MAX_RECORDS:
-        raise Refusal(413, "too-many-records", f"{len(lines)} records; a file holds at most {MAX_RECORDS}")
-    verified = set(known)
-    fresh = [(n, line) for n, line in lines if line is None or line not in verified]
-    for number, result in parse_many(fresh):
-        if isinstance(result, RecordError):
-            raise Refusal(422, "bad-record", f"line {number}: {result}",
-                          extra={"line": number, "reason": result.code})
-        if result.origin != origin:
-            raise Refusal(422, "bad-record",
-                          f"line {number}: other-origin: the record is signed by {result.origin}, "
-                          f"and this file is {origin}'s", extra={"line": number, "reason": "other-origin"})
-    return len(lines)
-
-
-def _known_lines(path: Path) -> set[bytes]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return set()
-    return {line for _, line in _lines(data) if line is not None}
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def _write(path: Path, data: bytes) -> os.stat_result:
-    atomic_write(path, data, mode=0o644)
-    return os.stat(path)
-
-
-# Verification is CPU work; PyNaCl releases the GIL for the Ed25519 part only.  More verifying
-# threads than CPUs only queue for the GIL, and each Ed25519 call that gives it back then waits
-# a switch interval to get it again: one verifier per CPU is the fastest (measured).
-_VERIFIERS = threading.BoundedSemaphore(os.cpu_count() or 2)
-
-
-def _check_and_write(origin: str, path: Path, body: bytes, held_etag: str | None
-                     ) -> tuple[int, str, os.stat_result] | None:
-    """Check a PUT body and store it: (records, ETag, the file's stat), or None when these very
-    bytes are stored already (nothing to write).  Raises Refusal.  Blocking: run it in a thread,
-    under the origin's lock."""
-    etag = etag_of(body)  # hashlib releases the GIL on large buffers: cheap here, not in the event loop
-    if etag == held_etag:
-        return None
-    with _VERIFIERS:
-        count = check_file(origin, body, _known_lines(path))
-    return count, etag, _write(path, body)
-
-
-def scan(folder: Path) -> dict[str, Entry]:
-    """The index of a commons folder, rebuilt from the files; leftover temporary files removed."""
-    entries: dict[str, Entry] = {}
-    for path in folder.iterdir():
-        name = path.name
-        if _TEMP_NAME.fullmatch(name):
-            # What a write interrupted before its rename left behind: never a version of anything.
-            path.unlink(missing_ok=True)
-            log.info("removed %s, left by an interrupted write", path)
-            continue
-        if not _FILE_NAME.fullmatch(name) or not path.is_file():
-            continue
-        data = path.read_bytes()
-        entries[name[:16]] = _entry(name[:16], data, path.stat())
-    return entries
-
-
-# -- the directory ---------------------------------------------------------------------
-
-
-def _announcement_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        # The signature covers a re-serialisation: two values for one key would be ambiguous.
-        raise ValueError("the same key twice")
-    return obj
-
-
-def check_announcement(body: bytes, now: datetime) -> dict[str, str]:
-    """A verified announcement (the five fields), or a Refusal saying what is wrong."""
-
-    def bad(reason: str, message: str, status: int = 400) -> Refusal:
-        return Refusal(status, "bad-announcement", message, extra={"reason": reason})
-
-    try:
-        obj = json.loads(body.decode("utf-8"), object_pairs_hook=_announcement_pairs)
-    except UnicodeDecodeError as exc:
-        raise Refusal(400, "bad-encoding", f"the body is not UTF-8 (byte {exc.start})") from None
-    except (ValueError, RecursionError) as exc:
-        raise bad("not-json", f"the body is not a JSON object: {exc}") from None
-    if not isinstance(obj, dict):
-        raise bad("not-json", "the body is not a JSON object")
-    if set(obj) != ANNOUNCEMENT_FIELDS:
-        raise bad("bad-field", "an announcement has exactly the fields " + ", ".join(sorted(ANNOUNCEMENT_FIELDS)))
-    if not all(isinstance(value, str) for value in obj.values()):
-        raise bad("bad-field", "every field of an announcement is a string")
-    if not _is_hex(obj["origin"], 16):
-        raise bad("bad-field", "origin must be 16 lower-case hex digits")
-    if not _is_hex(obj["key"], 64):
-        raise bad("bad-field", "key must be 64 lower-case hex digits")
-    if not _is_hex(obj["sig"], 128):
-        raise bad("bad-field", "sig must be 128 lower-case hex digits")
-    try:
-        at = datetime.fromisoformat(obj["at"]) if len(obj["at"]) <= 64 else None
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        raise bad("bad-field", "at must be an ISO 8601 time with a zone, like 2026-11-21T03:00:00.000000Z")
-    try:
-        if len(obj["url"]) > 512 or normalise_url(obj["url"]) != obj["url"]:
-            raise PeerError("not in normal form")
-    except PeerError:
-        raise bad("bad-url", "url must be http(s)://host:port in normal form (no path, no trailing slash), "
-                             "as signed") from None
-    if origin_of(bytes.fromhex(obj["key"])) != obj["origin"]:
-        raise bad("origin-mismatch", "origin is not the fingerprint of key", 422)
-    unsigned = {name: value for name, value in obj.items() if name != "sig"}
-    try:
-        nacl.signing.VerifyKey(bytes.fromhex(obj["key"])).verify(announcement_bytes(unsigned),
-                                                                 bytes.fromhex(obj["sig"]))
-    except (nacl.exceptions.BadSignatureError, ValueError):
-        raise bad("bad-signature", "sig does not verify over the announcement", 422) from None
-    skew = abs((at - now).total_seconds())
-    if skew > ANNOUNCE_SKEW_S:
-        raise bad("clock-skew", f"at is {skew:.0f} s away from the server's clock ({iso(now)}); "
-                                f"the limit is {ANNOUNCE_SKEW_S:.0f} s", 422)
-    return {name: obj[name] for name in ("origin", "key", "url", "at", "sig")}
-
-
-def _at(entry: Mapping[str, str]) -> float:
-    return datetime.fromisoformat(entry["at"]).timestamp()
-
-
-@dataclass
-class Directory:
-    """The announcements held, one per origin (the latest signed wins)."""
-
-    entries: dict[str, dict[str, str]] = field(default_factory=dict)
-    generation: int = 0  # bumped by every change; what is on disk is ``written``
-    written: int = 0
-    _listing: tuple[bytes, str] | None = None
-
-    @classmethod
-    def load(cls, path: Path) -> Directory:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return cls()
-        try:
-            items = json.loads(data)
-            if not isinstance(items, list):
-                raise ValueError("not a JSON array")
-            entries = {}
-            for item in items:
-                if not isinstance(item, dict) or set(item) != ANNOUNCEMENT_FIELDS:
-                    raise ValueError("an entry is not an announcement")
-                _at(item)
-                entries[item["origin"]] = {name: str(item[name]) for name in ANNOUNCEMENT_FIELDS}
-        except (ValueError, TypeError) as exc:
-            # Only this server writes the file, atomically: damage is someone else's doing,
-            # and starting empty would overwrite what may still be recovered.
-            raise CommonsServerError(f"{path} cannot be read ({exc}); move it away to start with an empty "
-                                     "directory") from None
-        return cls(entries)
-
-    def add(self, entry: dict[str, str]) -> None:
-        held = self.entries.get(entry["origin"])
-        if held is not None and _at(held) > _at(entry):
-            raise Refusal(409, "superseded", f"an announcement of {entry['origin']} signed later ({held['at']}) "
-                                             "is already held")
-        self.entries[entry["origin"]] = entry
-        if len(self.entries) > MAX_DIRECTORY_ENTRIES:
-            oldest = min(self.entries.values(), key=_at)
-            del self.entries[oldest["origin"]]
-        self.generation += 1
-        self._listing = None
-
-    def serialise(self) -> bytes:
-        return json.dumps(sorted(self.entries.values(), key=lambda e: e["origin"]),
-                          separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-    def listing(self) -> tuple[bytes, str]:
-        if self._listing is None:
-            newest = sorted(self.entries.values(), key=_at, reverse=True)[:DIRECTORY_SERVED]
-            body = json.dumps([{"url": e["url"], "origin": e["origin"], "at": e["at"], "key": e["key"],
-                                "sig": e["sig"]} for e in newest], separators=(",", ":"), ensure_ascii=False)
-            data = body.encode("utf-8")
-            self._listing = (data, etag_of(data))
-        return self._listing
-
-
-# -- the ASGI app ----------------------------------------------------------------------
-
-
-def _headers(scope: Scope) -> dict[bytes, bytes]:
-    out: dict[bytes, bytes] = {}
-    for name, value in scope.get("headers", []):
-        # Repeated fields combine into one list, as RFC 9110 §5.3 says they may.
-        out[name] = out[name] + b", " + value if name in out else value
-    return out
-
-
-class CommonsApp:
-    """The commons as an ASGI app.  ``open`` it (blocking I/O), serve it, ``close`` it."""
-
-    def __init__(self, data_dir: Path, tokens: Tokens, *, limits: Limits, clock: Clock,
-                 monotonic: Callable[[], float], lock_fd: int, entries: dict[str, Entry],
-                 directory: Directory) -> None:
-        self.data_dir = data_dir
-        self.folder = data_dir / COMMONS_FOLDER
-        self.directory_path = data_dir / DIRECTORY_FILE
-        self.tokens = tokens
-        self.limits = limits
-        self.clock = clock
-        self.limiter = RateLimiter(limits.rate_per_s, limits.burst, monotonic)
-        self.entries = entries
-        self.directory = directory
-        self._lock_fd: int | None = lock_fd
-        self._index: tuple[bytes, str] | None = None
-        self._origin_locks: dict[str, trio.Lock] = {}
-        self._creating = 0  # new origins being written: they count against max_origins already
-        self._directory_write = trio.Lock()
-        # Threads that verify and write PUT bodies.  Enough for writes to different origins to
-        # overlap their fsync waits; few enough that verifiers do not crowd the event loop out
-        # of the GIL, and that bodies held at once stay bounded (16 × 256 KiB).
-        self._workers = trio.CapacityLimiter(WORKER_THREADS)
-        self._tokens_generation = tokens.generation
-
-    @classmethod
-    def open(cls, data_dir: Path, tokens_file: Path, *, limits: Limits | None = None, clock: Clock | None = None,
-             monotonic: Callable[[], float] | None = None) -> CommonsApp:
-        """Lock the data folder, read the tokens, rebuild the index.  Raises CommonsServerError."""
-        limits = limits or Limits()
-        try:
-            (data_dir / COMMONS_FOLDER).mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise CommonsServerError(f"cannot use the data folder {data_dir}: {exc.strerror}") from None
-        try:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise CommonsServerError(f"another commons server is using {data_dir}") from None
-            monotonic = monotonic or trio.current_time
-            tokens = Tokens(tokens_file, monotonic)
-            try:
-                entries = scan(data_dir / COMMONS_FOLDER)
-            except OSError as exc:
-                raise CommonsServerError(f"cannot read {data_dir / COMMONS_FOLDER}: {exc}") from None
-            for leftover in data_dir.glob(f".{DIRECTORY_FILE}.*.tmp"):
-                leftover.unlink(missing_ok=True)  # an interrupted write of the directory: never a version of it
-            directory = Directory.load(data_dir / DIRECTORY_FILE)
-        except BaseException:
-            os.close(lock_fd)
-            raise
-        st = tokens_file.stat()
-        if st.st_mode & 0o077:
-            log.warning("the tokens file %s can be read by other users (mode %04o)", tokens_file, st.st_mode & 0o777)
-        log.info("commons data in %s: %d file(s), %d directory entr%s", data_dir, len(entries),
-                 len(directory.entries), "y" if len(directory.entries) == 1 else "ies")
-        return cls(data_dir, tokens, limits=limits, clock=clock or SystemClock(), monotonic=monotonic,
-                   lock_fd=lock_fd, entries=entries, directory=directory)
-
-    def close(self) -> None:
-        """Release the data folder's lock (another server may then use it)."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    # -- ASGI entry --------------------------------------------------------------------
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        headers = _headers(scope)
-        who = "-"
-        try:
-            who = self._authenticate(headers)
-            wait = self.limiter.take(who)
-            if wait > 0:
-                raise Refusal(429, "rate-limited", f"too many requests with this token; retry in {wait:.2f} s",
-                              headers=[(b"retry-after", str(max(1, math.ceil(wait))).encode())])
-            await self._route(scope, headers, receive, send)
-        except Refusal as exc:
-            client = scope.get("client") or ("?", 0)
-            log.info("refused %s %r from %s (token %s): %d %s", scope["method"], scope["path"][:200], client[0],
-                     who, exc.status, exc.message)
-            await _error(send, exc)
-        except _ClientGone:
-            return
-        except Exception:
-            log.exception("%s %r failed on our side", scope["method"], scope["path"][:200])
-            try:
-                await _error(send, Refusal(500, "internal", "the server failed; the failure is logged"))
-            except Exception:
-                pass  # the response had started or the client is gone: hypercorn closes the stream
-
-    def _authenticate(self, headers: Mapping[bytes, bytes]) -> str:
-        challenge = [(b"www-authenticate", b'Bearer realm="neverest-commons"')]
-        value = headers.get(b"authorization")
-        if value is None:
-            raise Refusal(401, "unauthorized", "send Authorization: Bearer <token>", headers=challenge)
-        scheme, _, credentials = value.partition(b" ")
-        if scheme.lower() != b"bearer" or not credentials.strip():
-            raise Refusal(401, "unauthorized", "send Authorization: Bearer <token>", headers=challenge)
-        who = self.tokens.identify(credentials.strip())
-        if who is None:
-            raise Refusal(403, "forbidden", "this token is not accepted here")
-        if self.tokens.generation != self._tokens_generation:
-            # The tokens file changed: forget the buckets of revoked tokens.
-            self._tokens_generation = self.tokens.generation
-            self.limiter.keep_only(self.tokens.ids())
-        return who
-
-    async def _route(self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, send: Send) -> None:
-        path: str = scope["path"]
-        raw = scope.get("raw_path")
-        # A percent-encoded byte anywhere means the client's path is not one of ours, spelled
-        # plainly; refusing it outright leaves no decoding trick to reason about.
-        if raw is not None and raw != path.encode("utf-8", "replace"):
-            raise Refusal(404, "not-found", "no such path")
-        method: str = scope["method"]
-        head = method == "HEAD"
-        if path == INDEX_PATH:
-            _allow(method, ("GET", "HEAD"))
-            await self._send_json_view(send, headers, self._index_view(), head)
-        elif path == DIRECTORY_PATH:
-            _allow(method, ("GET", "HEAD"))
-            await self._send_json_view(send, headers, self.directory.listing(), head)
-        elif path == ANNOUNCE_PATH:
-            _allow(method, ("POST",))
-            await self._announce(headers, receive, send)
-        elif (match := _FILE_PATH.fullmatch(path)) is not None:
-            _allow(method, ("GET", "HEAD", "PUT"))
-            if method == "PUT":
-                await self._put(match.group(1), headers, receive, send)
-            else:
-                await self._get(match.group(1), headers, send, head)
-        else:
-            raise Refusal(404, "not-found", "no such path")
-
-    # -- reads -------------------------------------------------------------------------
-
-    def _index_view(self) -> tuple[bytes, str]:
-        if self._index is None:
-            entries = [self.entries[origin].to_json() for origin in sorted(self.entries)]
-            data = json.dumps(entries, separators=(",", ":")).encode("ascii")
-            self._index = (data, etag_of(data))
-        return self._index
-
-    async def _send_json_view(self, send: Send, headers: Mapping[bytes, bytes], view: tuple[bytes, str],
-                              head: bool) -> None:
-        data, etag = view
-        if not_modified(headers, etag):
-            await _not_modified(send, etag)
-        else:
-            await _respond(send, 200, data, JSON_CONTENT_TYPE, etag=etag, head=head)
-
-    async def _get(self, origin: str, headers: Mapping[bytes, bytes], send: Send, head: bool) -> None:
-        entry = self.entries.get(origin)
-        if entry is None:
-            raise Refusal(404, "not-found", f"no file for {origin}")
-        if not_modified(headers, entry.etag):
-            await _not_modified(send, entry.etag)
-            return
-        data = await trio.to_thread.run_sync(_read, self.folder / f"{origin}.jsonl")
-        if data is None:
-            raise Refusal(404, "not-found", f"no file for {origin}")
-        # The tag of the bytes read, not the index's: a PUT may have replaced the file in between.
-        await _respond(send, 200, data, RECORDS_CONTENT_TYPE, etag=etag_of(data), head=head)
-
-    # -- writes ------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _origin_lock(self, origin: str) -> AsyncIterator[None]:
-        lock = self._origin_locks.setdefault(origin, trio.Lock())
-        try:
-            async with lock:
-                yield
-        finally:
-            # Locks exist only while someone holds or awaits them: their number stays bounded
-            # by the requests in flight, not by every origin ever written.
-            stats = lock.statistics()
-            if not stats.locked and stats.tasks_waiting == 0 and self._origin_locks.get(origin) is lock:
-                del self._origin_locks[origin]
-
-    async def _read_body(self, headers: Mapping[bytes, bytes], receive: Receive, limit: int) -> bytes:
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                raise Refusal(400, "bad-request", "Content-Length is not a number")
-            if int(declared) > limit:
-                raise Refusal(413, "too-large", f"the body is {int(declared)} bytes; the limit is {limit}")
-        body = bytearray()
-        try:
-            with trio.fail_after(self.limits.body_timeout_s):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise _ClientGone
-                    body += message.get("body", b"")
-                    if len(body) > limit:
-                        raise Refusal(413, "too-large", f"the body is over {limit} bytes")
-                    if not message.get("more_body", False):
-                        return bytes(body)
-        except trio.TooSlowError:
-            raise Refusal(408, "body-timeout",
-                          f"the body did not arrive within {self.limits.body_timeout_s:g} s") from None
-
-    async def _put(self, origin: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
-        body = await self._read_body(headers, receive, MAX_FILE_BYTES)
-        path = self.folder / f"{origin}.jsonl"
-        held = self.entries.get(origin)
-        # A cheap look first, so that a doomed PUT costs no verification; the check that
-        # counts is the one under the lock.
-        check_preconditions(headers, held.etag if held else None)
-        async with self._origin_lock(origin):
-            held = self.entries.get(origin)
-            check_preconditions(headers, held.etag if held else None)
-            if held is None:
-                if len(self.entries) + self._creating >= self.limits.max_origins:
-                    raise Refusal(507, "too-many-origins",
-                                  f"the server holds files for {self.limits.max_origins} origins, its limit")
-                self._creating += 1  # counts against the limit while it is being written
-            try:
-                # One trip to a thread for the hash, the verification and the write: each trip
-                # costs the event loop a GIL hand-over, and a PUT is on the hot path.
-                outcome = await trio.to_thread.run_sync(
-                    _check_and_write, origin, path, body, held.etag if held else None, limiter=self._workers)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise Refusal(507, "no-space", "the server's disk is full") from None
-                raise
-            finally:
-                if held is None:
-                    self._creating -= 1
-            if outcome is None:
-                assert held is not None  # only a stored file can have the same bytes
-                entry, status = held, 200
-            else:
-                count, etag, st = outcome
-                entry = Entry(origin=origin, updated=iso(datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)),
-                              records=count, etag=etag, size=len(body))
-                # No checkpoint between the write returning and these lines: the index never
-                # lags a completed write, even if this task is being cancelled.
-                self.entries[origin] = entry
-                self._index = None
-                status = 201 if held is None else 200
-                log.info("%s: %d record(s), %d bytes stored as %s", origin, count, len(body), etag)
-        data = json.dumps(entry.to_json(), separators=(",", ":")).encode("ascii")
-        await _respond(send, status, data, JSON_CONTENT_TYPE, etag=entry.etag)
-
-    async def _announce(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
-        body = await self._read_body(headers, receive, MAX_ANNOUNCE_BYTES)
-        entry = check_announcement(body, self.clock.now())
-        self.directory.add(entry)
-        await self._persist_directory()
-        log.info("directory: %s at %s", entry["origin"], entry["url"])
-        data = json.dumps({"origin": entry["origin"], "url": entry["url"], "at": entry["at"]},
-                          separators=(",", ":")).encode("utf-8")
-        await _respond(send, 200, data, JSON_CONTENT_TYPE)
-
-    async def _persist_directory(self) -> None:
-        """Return once the directory, with every change made before the call, is on disk."""
-        wanted = self.directory.generation
-        async with self._directory_write:
-            if self.directory.written >= wanted:
-                return  # the write ahead of ours already carried our change (group commit)
-            generation = self.directory.generation
-            data = self.directory.serialise()
-            await trio.to_thread.run_sync(functools.partial(atomic_write, self.directory_path, data, mode=0o644))
-            self.directory.written = generation
-
-
-def _allow(method: str, allowed: Sequence[str]) -> None:
-    if method not in allowed:
-        raise Refusal(405, "method-not-allowed", f"{method} is not allowed here; use {', '.join(allowed)}",
-                      headers=[(b"allow", ", ".join(allowed).encode())])
-
-
-async def _respond(send: Send, status: int, body: bytes, content_type: str, *, etag: str | None = None,
-                   head: bool = False, extra: Headers | None = None, cache: bytes = b"no-cache") -> None:
-    headers: Headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-                        (b"cache-control", cache), (b"x-content-type-options", b"nosniff")]
-    if etag is not None:
-        headers.append((b"etag", etag.encode("ascii")))
-    headers.extend(extra or [])
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if head else body})
-
-
-async def _not_modified(send: Send, etag: str) -> None:
-    await send({"type": "http.response.start", "status": 304,
-                "headers": [(b"etag", etag.encode("ascii")), (b"cache-control", b"no-cache")]})
-    await send({"type": "http.response.body", "body": b""})
-
-
-async def _error(send: Send, refusal: Refusal) -> None:
-    payload = {"error": refusal.code, "message": refusal.message, **refusal.extra}
-    data = json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n"
-    await _respond(send, refusal.status, data, JSON_CONTENT_TYPE, extra=refusal.headers, cache=b"no-store")
-
-
-# -- serving ---------------------------------------------------------------------------
-
-
-async def serve_app(app: CommonsApp, listen: str, *,
-                    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve an opened app on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled."""
-    await serve_asgi(app, listen, logger="neverest.commons.hypercorn", task_status=task_status)
-
-
-async def serve(data_dir: Path, tokens_file: Path, listen: str, *, limits: Limits | None = None,
-                clock: Clock | None = None, monotonic: Callable[[], float] | None = None,
-                task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    """Open the commons in ``data_dir`` and serve it on ``listen`` until cancelled.
-
-    ``task_status.started`` gets the addresses bound (``http://HOST:PORT``).  Raises
-    CommonsServerError before binding when the data folder or the tokens file cannot
-    be used.  ``clock`` (the wall clock, for announcements) and ``monotonic`` (seconds,
-    for rate limits and the tokens file re-check) are injectable for tests.
-    """
-    app = await trio.to_thread.run_sync(functools.partial(
-        CommonsApp.open, data_dir, tokens_file, limits=limits, clock=clock, monotonic=monotonic))
-    try:
-        await serve_app(app, listen, task_status=task_status)
-    finally:
-        app.close()
 
 
 async def _run(app: CommonsApp, listen: str) -> None:
@@ -964,17 +293,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"time allowed for a request body (default {DEFAULT_BODY_TIMEOUT_S:g})")
     parser.add_argument("--max-origins", type=int, default=MAX_ORIGINS,
                         help=f"files the server holds at most (default {MAX_ORIGINS})")
+    parser.add_argument("--auth-failure-rate", type=float, default=DEFAULT_AUTH_FAILURE_RATE_PER_S, metavar="R",
+                        help="failed authentications allowed per second per client address, after the burst "
+                             f"(default {DEFAULT_AUTH_FAILURE_RATE_PER_S:.3g}; 0: no limit)")
+    parser.add_argument("--auth-failure-burst", type=float, default=DEFAULT_AUTH_FAILURE_BURST, metavar="B",
+                        help=f"failed authentications a client address may make at once "
+                             f"(default {DEFAULT_AUTH_FAILURE_BURST:g})")
+    parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                        help="a reverse proxy whose X-Forwarded-For names the client (repeatable)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.body_timeout <= 0 or args.max_origins < 1 or args.burst < 1:
-        print("neverestd commons: --body-timeout must be > 0, --max-origins and --burst ≥ 1", file=sys.stderr)
+    if args.body_timeout <= 0 or args.max_origins < 1 or args.burst < 1 or args.auth_failure_burst < 1:
+        print("neverestd commons: --body-timeout must be > 0, --max-origins, --burst and --auth-failure-burst ≥ 1",
+              file=sys.stderr)
         return 2
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     limits = Limits(rate_per_s=args.rate, burst=args.burst, body_timeout_s=args.body_timeout,
-                    max_origins=args.max_origins)
+                    max_origins=args.max_origins, auth_failure_rate_per_s=args.auth_failure_rate,
+                    auth_failure_burst=args.auth_failure_burst, trusted_proxies=frozenset(args.trusted_proxy))
     try:
         app = CommonsApp.open(Path(args.data).expanduser(), Path(args.tokens).expanduser(), limits=limits)
     except CommonsServerError as exc:
