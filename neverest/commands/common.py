@@ -14,7 +14,7 @@ from typing import Any
 
 from neverest.clock import clock_from_env
 from neverest.config import load_config
-from neverest.control import ControlError, ask
+from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.memory.service import Memory
 from neverest.paths import HomeError, find_home
 
@@ -53,7 +53,9 @@ def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout
     """
     try:
         return ask(home_of(args), request, timeout_s=timeout_s)
-    except ControlError as exc:
-        if "no daemon" in str(exc):
-            return None
-        raise CommandFailed(f"the daemon: {exc}") from None
+    except DaemonNotRunning:
+        return None
+    except DaemonRefused as exc:  # what was asked cannot be done as asked: the caller's fault
+        raise UsageError(str(exc)) from None
+    except DaemonFailed as exc:
+        raise CommandFailed(f"the daemon failed: {exc}") from None
