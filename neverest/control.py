@@ -15,7 +15,7 @@ Answers carry ``"ok": true`` and the result, or ``"ok": false``, ``"error"`` and
 - ``"fault": "client"``, ``"error": "bad request: …"``: the request is at fault (not
   UTF-8 or not JSON, not an object with an ``"op"``, over ``MAX_REQUEST_BYTES``, nested
   deeper than ``MAX_DEPTH``, not sent within ``control_timeout_s``, an unknown op or bad
-  arguments: the handler raises ``ValueError``, ``BadRequest`` being the explicit one);
+  arguments: the handler raises ``BadRequest``);
 - ``"fault": "daemon"``, ``"error": "internal error: …"``: the handler failed.  The
   traceback goes to the ``neverestd.control`` log and the daemon keeps serving.
 
@@ -63,7 +63,8 @@ log = logging.getLogger("neverestd.control")
 class BadRequest(ValueError):
     """Raised by a handler: the request is at fault (an unknown op, a bad argument).
 
-    Any ``ValueError`` is taken the same way; this class says so explicitly.
+    Only this class is: any other exception from a handler (a ``ValueError`` from a bug
+    included) is the daemon's fault.
     """
 
 
@@ -171,7 +172,7 @@ async def _answer_for(stream: trio.SocketStream, handler: Handler, timeout_s: fl
         op = str(request["op"])[:64]
         try:
             answer = {"ok": True} | await handler(request)
-        except ValueError as exc:  # BadRequest included: the request's fault, said to its sender
+        except BadRequest as exc:  # the request's fault, said to its sender
             answer = _refusal(exc)
         except Exception as exc:  # a bug or a failure of ours: log it, answer it, keep serving
             log.exception("control: op %r failed", op)

@@ -49,7 +49,7 @@ async def handler(request: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("unknown thing")
     if op == "unencodable":
         return {"value": object()}
-    raise ValueError(f"unknown op {op!r}")
+    raise BadRequest(f"unknown op {op!r}")
 
 
 @pytest.fixture
@@ -122,10 +122,12 @@ def test_nesting_scan_agrees_with_the_limit() -> None:
 
 
 async def test_bad_arguments_are_the_clients_fault(home: Path) -> None:
-    for op, error in (("badarg", '"value" must be a number'), ("valueerror", "unknown thing"),
-                      ("bogus", "unknown op 'bogus'")):
+    for op, error in (("badarg", '"value" must be a number'), ("bogus", "unknown op 'bogus'")):
         answer = await raw(home, json.dumps({"op": op}).encode() + b"\n")
         assert answer == {"ok": False, "error": f"bad request: {error}", "fault": "client"}
+    # Only BadRequest blames the client: a ValueError from a bug in the handler is the daemon's.
+    answer = await raw(home, b'{"op":"valueerror"}\n')
+    assert answer["fault"] == "daemon" and answer["error"].startswith("internal error: ValueError")
 
 
 async def test_a_failing_handler_is_the_daemons_fault_logged_with_its_traceback(

@@ -4,7 +4,8 @@ Every writing command of ``neverestctl`` comes here when a daemon runs, so that 
 change is made by the one writer of this home and shared at once (a gossip round is
 started after anything that changes what this memory publishes).  Each op calls the
 memory service; none re-spells a sequence.  A request's own mistakes raise
-``ValueError`` (answered as the client's fault, see ``neverest/control.py``).
+``BadRequest`` (answered as the client's fault, see ``neverest/control.py``); anything else is the
+daemon's fault.
 
     {"op": "ping"}
     {"op": "status"}
@@ -29,8 +30,9 @@ from typing import Any, Final
 import trio
 
 from neverest.clock import parse_time
+from neverest.control import BadRequest
 from neverest.control import serve as serve_socket
-from neverest.memory.service import Memory
+from neverest.memory.service import Memory, OwnerError
 from neverest.peers import table as peer_table
 from neverest.services.gossip import GossipService
 from neverest.services.nightly import night
@@ -47,7 +49,7 @@ _HASH = re.compile(r"[0-9a-f]{32}")
 def _str(request: dict[str, Any], name: str) -> str:
     value = request.get(name)
     if not isinstance(value, str) or not value or len(value) > 4096:
-        raise ValueError(f'"{name}" must be a non-empty string')
+        raise BadRequest(f'"{name}" must be a non-empty string')
     return value
 
 
@@ -63,8 +65,11 @@ class ControlOps:
         op = request["op"]
         handler = getattr(self, f"op_{op}", None) if re.fullmatch(r"[a-z_]{1,32}", op) else None
         if handler is None:
-            raise ValueError(f"unknown op {op!r}")
-        result: dict[str, Any] = await handler(request)
+            raise BadRequest(f"unknown op {op!r}")
+        try:
+            result: dict[str, Any] = await handler(request)
+        except (OwnerError, peer_table.PeerError) as exc:  # what the owner asked cannot be done as asked
+            raise BadRequest(str(exc)) from None
         return result
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -77,18 +82,18 @@ class ControlOps:
         if "path" in request:
             path = Path(_str(request, "path"))
             if not path.is_absolute():
-                raise ValueError('"path" must be absolute (the daemon does not share the client\'s directory)')
+                raise BadRequest('"path" must be absolute (the daemon does not share the client\'s directory)')
 
             def from_file(memory: Memory) -> dict[str, Any]:
                 try:
                     with path.open("rb") as stream:
                         return memory.ingest_lines(stream).to_json()
                 except OSError as exc:
-                    raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+                    raise BadRequest(f"cannot read {path}: {exc.strerror}") from None
             return {"result": await self.state.worker.write(from_file)}
         events = request.get("events")
         if not isinstance(events, list) or len(events) > MAX_EVENTS:
-            raise ValueError(f'"events" must be a list of at most {MAX_EVENTS} events')
+            raise BadRequest(f'"events" must be a list of at most {MAX_EVENTS} events')
         return {"result": await self.state.worker.write(lambda memory: memory.ingest(events).to_json())}
 
     async def op_sleep(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -98,11 +103,8 @@ class ControlOps:
     async def op_gossip(self, request: dict[str, Any]) -> dict[str, Any]:
         peer = request.get("peer")
         if peer is not None and not isinstance(peer, str):
-            raise ValueError('"peer" must be a URL')
-        try:
-            return {"round": await self.gossip.round(only=peer)}
-        except peer_table.PeerError as exc:
-            raise ValueError(str(exc)) from None
+            raise BadRequest('"peer" must be a URL')
+        return {"round": await self.gossip.round(only=peer)}
 
     async def op_publish(self, request: dict[str, Any]) -> dict[str, Any]:
         project, corrections = _str(request, "project"), bool(request.get("corrections", False))
@@ -117,7 +119,7 @@ class ControlOps:
     async def op_revoke(self, request: dict[str, Any]) -> dict[str, Any]:
         target = _str(request, "hash")
         if not _HASH.fullmatch(target):
-            raise ValueError('"hash" must be a full lesson hash (32 hex digits)')
+            raise BadRequest('"hash" must be a full lesson hash (32 hex digits)')
         record = await self.state.worker.write(lambda memory: memory.revoke(target))
         self._share_now()
         return {"result": {"hash": target, "seq": record.seq}}
@@ -125,11 +127,11 @@ class ControlOps:
     async def op_forget(self, request: dict[str, Any]) -> dict[str, Any]:
         chosen = {name: request[name] for name in ("episode", "session", "before") if request.get(name) is not None}
         if len(chosen) != 1 or not all(isinstance(v, str) and 0 < len(v) <= 4096 for v in chosen.values()):
-            raise ValueError('forget takes exactly one of "episode", "session", "before" (strings)')
+            raise BadRequest('forget takes exactly one of "episode", "session", "before" (strings)')
         try:
             before = parse_time(str(chosen["before"])) if "before" in chosen else None
         except ValueError:
-            raise ValueError('"before" must be an ISO 8601 time') from None
+            raise BadRequest('"before" must be an ISO 8601 time') from None
         episode, session = chosen.get("episode"), chosen.get("session")
         result = await self.state.worker.write(
             lambda memory: memory.forget(episode=episode, session=session, before=before))
@@ -144,11 +146,11 @@ class ControlOps:
     async def op_commons(self, request: dict[str, Any]) -> dict[str, Any]:
         action = request.get("action")
         if action not in ("push", "pull"):
-            raise ValueError('"action" must be "push" or "pull"')
+            raise BadRequest('"action" must be "push" or "pull"')
         try:
             token = commons_client.read_token(_str(request, "token_file"))
         except commons_client.CommonsError as exc:
-            raise ValueError(str(exc)) from None
+            raise BadRequest(str(exc)) from None
         transport = CommonsTransport(_str(request, "url"), token, push=action == "push", pull=action == "pull")
         out = await self.state.worker.write(lambda memory: memory.sync(transport))
         if action == "pull":
