@@ -142,3 +142,28 @@ def test_cli_daemon_and_simulator_hold_the_same(tmp_path: Path, daemon_home: Pat
         rendered = [json.loads(line) for line in (home / "lessons.jsonl").read_text().splitlines()]
         assert common in {r["hash"] for r in rendered}, home
         assert "pip install" in (home / "lessons.md").read_text()
+
+
+def test_a_daemons_night_judges_and_renders_what_its_folder_brought(tmp_path: Path, env: dict[str, str],
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A daemon with only a folder configured: the night syncs it, then judges and renders, so the
+    lesson the folder brought is in lessons.md the same morning (it used to render first and lag a night)."""
+    folder, common, _ = _folder(tmp_path)
+    home = tmp_path / "nightly"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text(CONFIG + f'folder = "{folder}"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
+                             "127.0.0.1:0", "--no-mdns"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not (home / "control.sock").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        assert main(["--home", str(home), "sleep", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["folder"]["total"]["accepted"] == 5 and report["states"]
+        rendered = [json.loads(line) for line in (home / "lessons.jsonl").read_text().splitlines()]
+        assert common in {r["hash"] for r in rendered}
+    finally:
+        proc.terminate()
+        proc.wait(10)
