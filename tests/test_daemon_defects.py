@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -162,3 +163,22 @@ def test_log_level_and_log_file(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "neverest.daemon", "--home", str(home), *NO_NETWORK,
                            "--log-level", "loud"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_adding_oneself_as_a_peer_is_refused(daemon: tuple[Path, subprocess.Popen[str]],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from neverest.ctl import main as ctl
+
+    home, _ = daemon
+    url = ask(home, {"op": "status"})["status"]["listen"][0]
+    assert ctl(["--home", str(home), "peer", "add", url.removeprefix("http://")]) == 2
+    assert "this memory's own daemon" in capsys.readouterr().err
+    assert ask(home, {"op": "status"})["status"]["peers"] == []
+    # Asked to gossip with it anyway, the daemon finds itself after one round trip and marks the address;
+    # from then on the address is refused.
+    assert ctl(["--home", str(home), "gossip", "--peer", url, "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)["round"]
+    assert result["self"] and result["round_trips"] == 1 and result["records_sent"] == 0
+    assert ctl(["--home", str(home), "gossip", "--peer", url]) == 2
+    assert "own" in capsys.readouterr().err
+    assert ctl(["--home", str(home), "peer", "add", url]) == 2

@@ -45,9 +45,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_peer_add(args: argparse.Namespace) -> int:
+    try:
+        wanted = peer_table.normalise_url(args.url)
+    except peer_table.PeerError as exc:
+        raise UsageError(str(exc)) from None
+    # The daemon's own listen addresses are this memory: refuse them before anything is stored.
+    status = through_daemon(args, {"op": "status"}, timeout_s=10.0)
+    if status is not None and wanted in status["status"]["listen"]:
+        raise UsageError(f"{wanted} is this memory's own daemon; add another memory's address")
     with open_memory(args) as memory, memory.store.write() as db:
         try:
-            url = peer_table.add(db, args.url, source="manual", now=memory.clock.now())
+            url = peer_table.add(db, args.url, source="manual", now=memory.clock.now(),
+                                 own_origin=memory.identity.origin)
         except peer_table.PeerError as exc:
             raise UsageError(str(exc)) from None
     print(f"added {url}; its origin is learned at the first exchange")
@@ -92,6 +101,7 @@ def cmd_gossip(args: argparse.Namespace) -> int:
             print("no healthy peer to gossip with (neverestctl peer add URL)")
         for r in results:
             outcome = f"error {r['error']['code']}: {r['error']['message']}" if r["error"] else (
+                "this memory's own address: not used again" if r.get("self") else
                 "in sync" if r["in_sync"] else f"sent {r['records_sent']}, received {r['records_received']}")
             print(f"{r['url']:<32} {r['peer'] or '?':<18} {outcome}  ({r['round_trips']} round trip(s), "
                   f"{r['bytes_sent'] + r['bytes_received']} bytes)")
