@@ -195,3 +195,24 @@ def test_load_embedder() -> None:
         load_embedder(None, "nomic-embed-text")
     with pytest.raises(ValueError):
         load_embedder("localhost:11434", "nomic-embed-text")
+
+
+def test_the_model_embedder_reaches_its_model_through_an_injected_transport() -> None:
+    import json
+
+    import httpx
+
+    from neverest.memory.embed import ModelEmbedder
+    from neverest.memory.model import Endpoint
+
+    asked: list[str] = []
+
+    def model(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        texts = json.loads(request.content)["input"]
+        return httpx.Response(200, json={"data": [{"index": i, "embedding": [1.0, float(i)]}
+                                                  for i in range(len(texts))]})
+
+    embedder = ModelEmbedder(Endpoint("http://model.invalid/v1", "tiny"), transport=httpx.MockTransport(model))
+    vectors = embedder.embed(["a b", "c d"])
+    assert asked == ["/v1/embeddings"] and vectors.shape == (2, 2) and embedder.space != "hashed-256"

@@ -38,6 +38,7 @@ from itertools import pairwise
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol, TypeAlias
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 
@@ -213,7 +214,9 @@ class ModelEmbedder:
     float32 numbers.  Rows are scaled to unit length, since not every model returns them so.
     """
 
-    def __init__(self, endpoint: Endpoint, *, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, endpoint: Endpoint, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        """``transport``: an httpx transport to reach the model through (tests fake the network with one)."""
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.endpoint = endpoint
@@ -221,7 +224,7 @@ class ModelEmbedder:
         self.batch_size = batch_size
         self.last_error: str | None = None
         self._model_dim: int | None = None
-        self._client = ModelClient(endpoint)
+        self._client = ModelClient(endpoint, transport=transport)
 
     @property
     def space(self) -> str:
