@@ -14,6 +14,7 @@ existed, a daemon synced a folder after it rendered, so ``lessons.md`` lagged a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -81,11 +82,9 @@ def env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return os.environ | {"NEVEREST_NOW": NOW}
 
 
-@pytest.fixture
-def daemon_home(tmp_path: Path, env: dict[str, str]) -> Iterator[Path]:
-    home = tmp_path / "with-daemon"
-    home.mkdir(mode=0o700)
-    (home / "config.toml").write_text(CONFIG)
+@contextlib.contextmanager
+def running_daemon(home: Path, env: dict[str, str]) -> Iterator[Path]:
+    """A real neverestd on ``home`` (loopback, no zeroconf) for the length of the block."""
     proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
                              "127.0.0.1:0", "--no-mdns"], env=env, stderr=subprocess.DEVNULL)
     try:
@@ -97,6 +96,15 @@ def daemon_home(tmp_path: Path, env: dict[str, str]) -> Iterator[Path]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def daemon_home(tmp_path: Path, env: dict[str, str]) -> Iterator[Path]:
+    home = tmp_path / "with-daemon"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text(CONFIG)
+    with running_daemon(home, env):
+        yield home
 
 
 def test_cli_daemon_and_simulator_hold_the_same(tmp_path: Path, daemon_home: Path,
@@ -152,18 +160,9 @@ def test_a_daemons_night_judges_and_renders_what_its_folder_brought(tmp_path: Pa
     home = tmp_path / "nightly"
     home.mkdir(mode=0o700)
     (home / "config.toml").write_text(CONFIG + f'folder = "{folder}"\n')
-    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
-                             "127.0.0.1:0", "--no-mdns"], env=env, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not (home / "control.sock").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the daemon did not start"
-            time.sleep(0.05)
+    with running_daemon(home, env):
         assert main(["--home", str(home), "sleep", "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["folder"]["total"]["accepted"] == 5 and report["states"]
         rendered = [json.loads(line) for line in (home / "lessons.jsonl").read_text().splitlines()]
         assert common in {r["hash"] for r in rendered}
-    finally:
-        proc.terminate()
-        proc.wait(10)
