@@ -92,6 +92,13 @@ class Config:
     commons_url: str = ""
     commons_token_file: str = ""
     commons_announce: str = ""  # this daemon's URL for peers, announced to the commons' directory ("" = don't)
+    # The agents' doors.  Session files are read every ingest_every_s and before each sleep ("" = the agent's
+    # default folder: ~/.claude/projects, and $CODEX_HOME/sessions or ~/.codex/sessions).
+    ingest_every_s: float = 60.0
+    claude_dir: str = ""
+    codex_dir: str = ""
+    # The share of agent sessions the hooks inject nothing into, to measure what injecting changes.
+    holdout: float = 0.5
 
 
 _TRUE: Final = ("1", "true", "yes", "on")
@@ -190,6 +197,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     config = dataclasses.replace(Config(), **{k: _coerce(k, _kind(k), v) for k, v in values.items()})
     if config.trust not in TRUST_POLICIES:
         raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")
+    if not 0.0 <= config.holdout <= 1.0:
+        raise ConfigError(f"holdout: {config.holdout!r} is not a share between 0 and 1")
     try:
         sleep_time(config)
     except ValueError:
