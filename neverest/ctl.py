@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from neverest import __version__
-from neverest.commands.common import CommandFailed, UsageError, home_of
 from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
+from neverest.commands.common import CommandFailed, UsageError, home_of
 from neverest.commands.data import add_parsers as add_data_parsers
 from neverest.commands.doctor import add_parser as add_doctor_parser
 from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep

@@ -81,18 +81,20 @@ def codex_session(sid: str = "0199-codex-1") -> list[str]:
     def line(kind: str, payload: dict[str, Any], minute: int) -> str:
         return json.dumps({"timestamp": f"2026-11-30T11:{minute:02d}:00.000Z", "type": kind, "payload": payload})
 
+    def message(role: str, text: str, minute: int) -> str:
+        kind = "input_text" if role == "user" else "output_text"
+        return line("response_item", {"type": "message", "role": role, "content": [{"type": kind, "text": text}]},
+                    minute)
+
     return [
         line("session_meta", {"id": sid, "cwd": CWD, "originator": "codex_cli_rs", "cli_version": "0.50.0"}, 0),
-        line("response_item", {"type": "message", "role": "user",
-                               "content": [{"type": "input_text", "text": "<environment_context>cwd</environment_context>"}]
-                               }, 0),
+        message("user", "<environment_context>cwd</environment_context>", 0),
         line("turn_context", {"cwd": CWD, "model": "gpt-5"}, 0),
-        line("response_item", {"type": "message", "role": "user",
-                               "content": [{"type": "input_text", "text": "Build the docs site"}]}, 1),
+        message("user", "Build the docs site", 1),
         line("response_item", {"type": "reasoning", "summary": []}, 2),
         line("response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
                                "arguments": json.dumps({"command": ["bash", "-lc", "make docs"], "workdir": CWD})}, 2),
-        line("event_msg", {"type": "exec_command_end", "call_id": "c1", "exit_code": 2, "stdout": "", "stderr": "x"}, 3),
+        line("event_msg", {"type": "exec_command_end", "call_id": "c1", "exit_code": 2, "stderr": "x"}, 3),
         line("response_item", {"type": "function_call_output", "call_id": "c1", "output": json.dumps(
             {"output": "sphinx-build -b html\nmake: *** [docs] Error 2\n", "metadata": {"exit_code": 2}})}, 3),
         line("response_item", {"type": "function_call", "name": "shell", "call_id": "c2",
@@ -101,15 +103,11 @@ def codex_session(sid: str = "0199-codex-1") -> list[str]:
                                "output": "Exit code: 0\nWall time: 0.1 seconds\nOutput:\nconf.py\n"}, 4),
         line("response_item", {"type": "function_call", "name": "exec_command", "call_id": "c3",
                                "arguments": json.dumps({"cmd": "npm run build"})}, 5),
-        line("response_item", {"type": "function_call_output", "call_id": "c3",
-                               "output": "Exit code: 1\nWall time: 2 seconds\nOutput:\nnpm ERR! missing script: build\n"},
-             5),
-        line("response_item", {"type": "message", "role": "assistant",
-                               "content": [{"type": "output_text", "text": "I expected make to find sphinx, but it "
-                                                                           "is not installed in this environment."}]}, 6),
+        line("response_item", {"type": "function_call_output", "call_id": "c3", "output":
+                               "Exit code: 1\nWall time: 2 seconds\nOutput:\nnpm ERR! missing script: build\n"}, 5),
+        message("assistant", "I expected make to find sphinx, but it is not installed in this environment.", 6),
         line("event_msg", {"type": "token_count", "info": None}, 6),
-        line("response_item", {"type": "message", "role": "user",
-                               "content": [{"type": "input_text", "text": "Actually, use mkdocs instead of sphinx"}]}, 7),
+        message("user", "Actually, use mkdocs instead of sphinx", 7),
         line("brand_new_type", {"whatever": 1}, 8),
     ]
 
@@ -188,7 +186,8 @@ def test_heuristics() -> None:
     assert is_correction("this is not what I asked for")
     assert not is_correction("Now add a test for the refund path")
     assert not is_correction("Nothing else, thanks")  # "no" only as a word
-    assert surprise_sentence("Done. Surprisingly, the cache was empty. Moving on.") == "Surprisingly, the cache was empty."
+    sentence = surprise_sentence("Done. Surprisingly, the cache was empty. Moving on.")
+    assert sentence == "Surprisingly, the cache was empty."
     assert surprise_sentence("All tests pass.") == ""
     assert first_meaningful_line("Traceback (most recent call last):\n  File \"a.py\", line 1\n"
                                  "ValueError: bad\n") == "ValueError: bad"
