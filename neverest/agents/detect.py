@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from neverest.agents.transcripts import ToolResult, Turn
+from neverest.agents.transcripts import ToolResult, Turn, program_of
 
 MAX_OPEN_CALLS: Final = 256
 MAX_SAID_CHARS: Final = 2000
@@ -106,7 +106,8 @@ class Detector:
         self.episode: bool = bool(state.get("episode"))
         self.did: str = str(state.get("did") or "")
         calls = state.get("calls")
-        self.calls: dict[str, list[str]] = dict(calls) if isinstance(calls, dict) else {}
+        # call id -> [tool name, command or None]
+        self.calls: dict[str, list[Any]] = dict(calls) if isinstance(calls, dict) else {}
         exits = state.get("exits")
         self.exits: dict[str, int] = dict(exits) if isinstance(exits, dict) else {}
 
@@ -138,11 +139,11 @@ class Detector:
         if turn.role == "assistant":
             for call in turn.calls:
                 if call.id:
-                    self.calls[call.id] = [call.name, call.program]
+                    self.calls[call.id] = [call.name, call.command]
                     _bound(self.calls)
             if turn.calls:
                 last = turn.calls[-1]
-                self.did = f"ran {last.name}" + (f": {last.program}" if last.program else "")
+                self.did = f"ran {last.name}" + (f": {_cut(last.command)}" if last.command else "")
             elif turn.text.strip():
                 self.did = "said: " + turn.text.strip().splitlines()[0][:200]
             if turn.text:
@@ -179,10 +180,15 @@ class Detector:
         self.exits.pop(result.call_id, None)
         if not result.is_error and (code is None or code == 0):
             return None
-        name, program = (call[0], call[1]) if call else ("tool", "")
+        name, program = (str(call[0]), program_of(call[1])) if call and len(call) == 2 else ("tool", "")
         title = f"{name}: {program}" if program else name
         happened = first_meaningful_line(result.text) or (f"exit code {code}" if code else "failed")
         return self._event("error", at, title=title, happened=happened)
+
+
+def _cut(command: str | list[str]) -> str:
+    text = command if isinstance(command, str) else " ".join(command)
+    return text[:200]
 
 
 def _bound(table: dict[str, Any]) -> None:

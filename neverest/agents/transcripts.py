@@ -35,6 +35,7 @@ MAX_LINE_BYTES: Final = 1024 * 1024
 # and a stored field is cut to 8 KiB anyway.
 MAX_TEXT_CHARS: Final = 16 * 1024
 _SKIP_CHUNK: Final = 64 * 1024
+_COMMAND_CHARS: Final = 500
 
 CLAUDE_AGENT: Final = "claude-code"
 CODEX_AGENT: Final = "codex"
@@ -52,7 +53,9 @@ _EXIT_RE: Final = re.compile(r"(?:exit code|exited with code|exit status)[:\s]+(
 class ToolCall:
     id: str
     name: str
-    program: str  # the command's program for a shell call, else ''
+    # A shell call's command (a string or a list of words, cut), else None.  Its program is
+    # found only when the call fails: tokenising every command would cost more than all the rest.
+    command: str | list[str] | None
 
 
 @dataclass
@@ -181,12 +184,14 @@ def _segment_program(segment: list[str]) -> str:
 
 def _call(call_id: object, name: object, arguments: object) -> ToolCall:
     name_s = name if isinstance(name, str) else "tool"
-    program = ""
+    command: str | list[str] | None = None
     if isinstance(arguments, dict):
-        command = arguments.get("command", arguments.get("cmd"))
-        if command is not None:
-            program = program_of(command)
-    return ToolCall(call_id if isinstance(call_id, str) else "", name_s[:80], program)
+        given = arguments.get("command", arguments.get("cmd"))
+        if isinstance(given, str):
+            command = given[:_COMMAND_CHARS]
+        elif isinstance(given, list):
+            command = [w[:_COMMAND_CHARS] for w in given[:8] if isinstance(w, str)]
+    return ToolCall(call_id if isinstance(call_id, str) else "", name_s[:80], command)
 
 
 def _exit_in(text: str) -> int | None:
@@ -315,8 +320,8 @@ def parse_codex(obj: dict[str, Any]) -> LineInfo:
 def parse_line(raw: bytes, agent: str) -> LineInfo:
     """One line of an ``agent``'s session file; ``skipped="malformed"`` when it is not a JSON object."""
     try:
-        obj = json.loads(raw)
-    except (ValueError, RecursionError):
+        obj = json.loads(raw.decode("utf-8"))  # decoded here: json's own encoding sniffing costs more
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return LineInfo(skipped="malformed")
     if not isinstance(obj, dict):
         return LineInfo(skipped="malformed")
