@@ -327,3 +327,68 @@ def test_report_json_is_plain(memory: Memory, tmp_path: Path) -> None:
     out = json.loads(json.dumps(report.to_json()))
     assert out["files"] == 1 and out["lines"]["unknown"] == 1 and out["detected"]["error"] == 2
     assert IngestReport().to_json()["stored"] == 0
+
+
+def test_a_subagent_prompt_is_not_the_person(memory: Memory, tmp_path: Path) -> None:
+    write(tmp_path / "c" / "p" / "sess-1" / "subagents" / "agent-1.jsonl", [
+        claude("user", "Find where refunds are computed", minute=1, isSidechain=True),
+        claude("assistant", [tool_use("t1", "Grep", pattern="refund")], mid="a1", minute=2, isSidechain=True),
+        claude("user", [tool_result("t1", "<tool_use_error>Path does not exist: src/</tool_use_error>", error=True)],
+               minute=3, isSidechain=True),
+        claude("user", "No, stop: look in lib/ instead", minute=4, isSidechain=True),
+    ])
+    ingest_transcripts(memory, claude=tmp_path / "c", codex=None)
+    rows = stored(memory)
+    assert [(r["kind"], r["title"], r["happened"], r["session"]) for r in rows] == [
+        ("error", "Grep", "Path does not exist: src/", "sess-1")]
+
+
+def test_a_correction_after_an_interruption(memory: Memory, tmp_path: Path) -> None:
+    write(tmp_path / "c" / "p" / "s.jsonl", [
+        claude("user", "Rename the module", minute=1),
+        claude("assistant", [tool_use("t1", "Edit", file_path="a.py")], mid="a1", minute=2),
+        claude("user", [{"type": "text", "text": "[Request interrupted by user for tool use]"}], minute=3),
+        claude("user", "wait, keep the old name as an alias", minute=4),
+    ])
+    ingest_transcripts(memory, claude=tmp_path / "c", codex=None)
+    assert [c["said"] for c in by_kind(stored(memory), "correction")] == ["wait, keep the old name as an alias"]
+
+
+def test_a_lone_surrogate_does_not_cost_the_event(memory: Memory, tmp_path: Path) -> None:
+    write(tmp_path / "c" / "p" / "s.jsonl", [
+        claude("user", "go", minute=1),
+        claude("assistant", [tool_use("t1", "Bash", command="cat blob")], mid="a1", minute=2),
+        claude("user", [tool_result("t1", "Error: bad byte \udcff here", error=True)], minute=3),
+    ])
+    report = ingest_transcripts(memory, claude=tmp_path / "c", codex=None)
+    assert report.refused == 0
+    assert [e["happened"] for e in by_kind(stored(memory), "error")] == ["Error: bad byte ? here"]
+
+
+def test_a_run_stopped_in_the_middle_of_a_file_reads_the_rest_next_time(
+        memory: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big files are read a step at a time, each step's cursor committed; a run that dies
+    after one step must leave the rest of the file to be read, not mark it read."""
+    write(tmp_path / "c" / "p" / "sess-1.jsonl", claude_session())
+    monkeypatch.setattr(ingest_module, "STEP_LINES", 3)
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 1)  # commit after every step
+
+    class Dies(Exception):
+        pass
+
+    saved = queries.save_cursors
+    calls = 0
+
+    def save_then_die(db: Any, values: dict[str, str]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise Dies  # the process is killed during its third step
+        saved(db, values)
+
+    monkeypatch.setattr(queries, "save_cursors", save_then_die)
+    with pytest.raises(Dies):
+        ingest_transcripts(memory, claude=tmp_path / "c", codex=None)
+    monkeypatch.setattr(queries, "save_cursors", saved)
+    ingest_transcripts(memory, claude=tmp_path / "c", codex=None)
+    assert sorted(r["kind"] for r in stored(memory)) == ["correction", "error", "note", "surprise"]

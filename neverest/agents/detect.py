@@ -131,7 +131,9 @@ class Detector:
                                  "cwd": self.cwd}
         if at:
             event["at"] = at
-        return event | fields
+        # JSON can spell lone surrogates (binary in a tool result); the store refuses them, so
+        # they become "?" here rather than cost the whole event.
+        return {name: _text(value) for name, value in (event | fields).items()}
 
     def turn(self, turn: Turn) -> list[dict[str, Any]]:
         """The events ``turn`` gives, given what came before it."""
@@ -184,6 +186,14 @@ class Detector:
         title = f"{name}: {program}" if program else name
         happened = first_meaningful_line(result.text) or (f"exit code {code}" if code else "failed")
         return self._event("error", at, title=title, happened=happened)
+
+
+def _text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "replace").decode("utf-8")
 
 
 def _cut(command: str | list[str]) -> str:

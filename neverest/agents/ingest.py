@@ -162,7 +162,9 @@ class _Run:
                 self.report.read += 1
                 while True:
                     more = self._step(f, path, agent, cursor)
-                    cursor.size, cursor.mtime_ns = st.st_size, st.st_mtime_ns
+                    # Size and mtime say "read to the end" only once it is: a run stopped after
+                    # a middle step must not take the rest of the file for already read.
+                    cursor.size, cursor.mtime_ns = (-1, -1) if more else (st.st_size, st.st_mtime_ns)
                     cursor.prefix = _prefix(f.fileno(), min(cursor.offset, PREFIX_BYTES))
                     self.cursors[key] = cursor.to_meta()
                     if len(self.events) >= BATCH_EVENTS or len(self.cursors) >= BATCH_FILES:

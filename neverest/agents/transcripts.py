@@ -45,7 +45,8 @@ _CLAUDE_SKIPPED: Final = frozenset({"summary", "system", "file-history-snapshot"
 _CODEX_SKIPPED: Final = frozenset({"turn_context", "compacted"})
 # User text the harness writes in the person's place (slash commands, reminders, caveats).
 _HARNESS_PREFIXES: Final = ("<command-", "<local-command-", "<system-reminder>", "Caveat:", "<environment_context>",
-                            "<user_instructions>", "# AGENTS.md", "<user-prompt-submit-hook>")
+                            "<user_instructions>", "# AGENTS.md", "<user-prompt-submit-hook>",
+                            "[Request interrupted by user")
 _EXIT_RE: Final = re.compile(r"(?:exit code|exited with code|exit status)[:\s]+(-?\d+)", re.IGNORECASE)
 
 
@@ -240,7 +241,9 @@ def parse_claude(obj: dict[str, Any]) -> LineInfo:
                 turn.results.append(ToolResult(call_id if isinstance(call_id, str) else "", text, is_error,
                                                _exit_in(text) if is_error else None))
         turn.text = "\n".join(texts)[:MAX_TEXT_CHARS]
-    if kind == "user" and not turn.results and is_harness_text(turn.text):
+    # A subagent's (sidechain's) "user" is the lead agent, not the person: its words are no
+    # prompt and no correction; its tool results still count.
+    if kind == "user" and not turn.results and (is_harness_text(turn.text) or obj.get("isSidechain") is True):
         info.skipped = "left_out"
         return info
     info.turn = turn
