@@ -6,8 +6,8 @@ and for each session file reads only what was appended since the last read:
 - **Cursor**: per file, in the store's ``meta`` table: the inode, the byte offset read so
   far (always just past a complete line), the size and mtime seen, a hash of the file's
   first bytes (up to 1 KiB) and the detector's small state.  A file whose inode, size and
-  mtime are unchanged is not even opened, so a second ingest with nothing new costs a
-  ``stat`` per file.
+  mtime are unchanged is not read, so a second ingest with nothing new costs an open and
+  an ``fstat`` per file (all cursors are loaded in one query).
 - **Replaced or truncated**: another inode, fewer bytes than the offset, or other first
   bytes mean a new file: it is read again from 0 with a fresh state.
 - **Nothing twice**: events go through ``Memory.ingest`` (the one ingest function) before
