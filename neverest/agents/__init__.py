@@ -1,0 +1,1 @@
+"""Doors between coding agents and the memory: their session transcripts read into events."""

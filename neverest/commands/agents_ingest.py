@@ -1,0 +1,86 @@
+"""``neverestctl ingest`` (the agents' session files into the memory) and ``neverestctl episodes``
+(what the memory holds about the owner, so it can be seen and forgotten)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from neverest.agents.ingest import default_claude_dir, default_codex_dir, ingest_transcripts
+from neverest.clock import iso, parse_time
+from neverest.commands.common import UsageError, open_memory
+from neverest.memory.events import EVENT_KINDS
+from neverest.memory.queries import transcripts as queries
+
+_GIST_CHARS: Final = 100
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    claude = Path(args.claude) if args.claude else default_claude_dir()
+    codex = Path(args.codex) if args.codex else default_codex_dir()
+    for flag, given in (("--claude", args.claude), ("--codex", args.codex)):
+        if given and not Path(given).expanduser().is_dir():
+            raise UsageError(f"{flag} {given}: not a folder")
+    with open_memory(args) as memory:
+        report = ingest_transcripts(memory, claude=claude, codex=codex)
+    out = report.to_json()
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+    else:
+        skipped = sum(n for reason, n in report.lines.items() if reason not in ("used", "blank"))
+        print(f"{report.files} session files, {report.read} read, {report.turns} turns; "
+              f"{report.stored} episodes stored, {report.duplicates} already held, {report.refused} refused; "
+              f"{skipped} lines skipped" + (f"; {report.vanished} vanished" if report.vanished else ""))
+        for problem in report.unreadable:
+            print(f"unreadable: {problem}")
+    return 1 if report.unreadable else 0
+
+
+def _gist(row: dict[str, Any]) -> str:
+    parts = [str(row[name]).strip() for name in ("title", "said", "happened", "expected", "text")
+             if row.get(name) and str(row[name]).strip()]
+    line = " — ".join(parts).replace("\n", " ")
+    return line if len(line) <= _GIST_CHARS else line[: _GIST_CHARS - 1] + "…"
+
+
+def cmd_episodes(args: argparse.Namespace) -> int:
+    since = None
+    if args.since:
+        try:
+            since = iso(parse_time(args.since))
+        except (ValueError, OverflowError):
+            raise UsageError(f"--since {args.since!r}: not an ISO 8601 date or time") from None
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    with open_memory(args) as memory, memory.store.read() as db:
+        rows = queries.list_episodes(db, kind=args.kind, session=args.session, since=since, limit=args.limit)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True, ensure_ascii=False))
+        return 0
+    for row in rows:
+        print(f"{row['id']}  {row['at']}  {row['kind']:<11}  {row['session'] or '-'}  {_gist(row)}")
+    if not rows:
+        print("no episodes")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None  # type: ignore[type-arg]
+                ) -> None:
+    parents = [common] if common else []
+    p = sub.add_parser("ingest", parents=parents,
+                       help="read the coding agents' session files (Claude Code, Codex) into episodes")
+    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default ~/.claude/projects)")
+    p.add_argument("--codex", metavar="DIR",
+                   help="Codex sessions folder (default $CODEX_HOME/sessions, else ~/.codex/sessions)")
+    p.add_argument("--json", action="store_true", help="print the counts as a JSON object")
+    p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("episodes", parents=parents, help="list the episodes this memory holds (newest first)")
+    p.add_argument("--kind", choices=EVENT_KINDS)
+    p.add_argument("--session", metavar="S", help="only this session's episodes")
+    p.add_argument("--since", metavar="T", help="only episodes that happened at or after this date or time (UTC)")
+    p.add_argument("--limit", type=int, default=200, metavar="N", help="at most N episodes (default 200)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(func=cmd_episodes)
