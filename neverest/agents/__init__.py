@@ -1,0 +1,1 @@
+"""Doors between Neverest and the coding agents: their hooks, transcripts and memory files."""
