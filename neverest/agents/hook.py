@@ -93,6 +93,14 @@ _FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u20
 # Recall's relevance floor in the hashed space (neverest.memory.recall.HASHED_MIN_COSINE).
 MIN_COSINE: Final = 0.1
 _SPARSE_ENTRY: Final = struct.Struct("<Bf")
+# Words too common to show that a text bears on another: recall's word check counts any shared word,
+# but a hook that spoke up whenever a prompt and a lesson share "the" would be noise in every session.
+_FILLER: Final = frozenset(
+    "a an the and or but if then else of to in on at by for with from into onto as is are was were be been being "
+    "it its this that these those there here i you he she we they me my your our their them us do does did done "
+    "not no yes can could should would will shall may might must have has had so than too very just also again "
+    "what which who whom whose when where why how all any some each every more most other such only own same "
+    "please now up down out over under about after before while".split())
 
 Vector = dict[int, float]
 
@@ -141,7 +149,7 @@ def from_blob(blob: bytes) -> Vector:
     """A hashed-space vector stored by ``neverest.memory.embed.to_blob`` (sparse or dense)."""
     if len(blob) % 4 == 0:
         return {i: v for i, v in enumerate(struct.unpack(f"<{len(blob) // 4}f", blob)) if v}
-    return {i: v for i, v in _SPARSE_ENTRY.iter_unpack(blob)}
+    return {i: v for i, v in _SPARSE_ENTRY.iter_unpack(blob) if v}
 
 
 def dot(a: Vector, b: Vector) -> float:
@@ -302,7 +310,7 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
     vector = hashed(query)
     if not vector:
         return []
-    query_words = set(words(query))
+    query_words = set(words(query)) - _FILLER
     scored: list[tuple[float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
