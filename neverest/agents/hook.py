@@ -314,9 +314,11 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
     scored: list[tuple[float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
+        if query_words.isdisjoint(words(row.text)):
+            continue  # the cheaper test first: most lessons share no word with the query
         lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
         cosine = dot(vector, lesson)
-        if cosine >= MIN_COSINE and not query_words.isdisjoint(words(row.text)):
+        if cosine >= MIN_COSINE:
             scored.append((cosine, group))
     scored.sort(key=lambda item: -item[0])
     return [group for _, group in scored]
@@ -449,8 +451,12 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def respond(raw: bytes, home: Path, *, holdout: float, deadline: float) -> str:
-    """The text to print for the hook input ``raw`` (may raise: the caller prints nothing then)."""
+def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: bool = True) -> str:
+    """The text to print for the hook input ``raw`` (may raise: the caller prints nothing then).
+
+    ``close=False`` leaves the store's connection to the process's end: a process that ends with
+    ``os._exit`` then skips the WAL checkpoint SQLite runs when the last connection closes (every
+    transaction is already committed and durable; the next connection or the daemon checkpoints)."""
     payload = json.loads(raw)
     if not isinstance(payload, dict):
         raise Skip("not a JSON object")
@@ -468,8 +474,12 @@ def respond(raw: bytes, home: Path, *, holdout: float, deadline: float) -> str:
         return ""
     if event not in TOP:
         raise Skip(f"event {event} is not answered")
-    with Store(home / STORE_FILE, busy_timeout_s=BUSY_TIMEOUT_S) as store:
+    store = Store(home / STORE_FILE, busy_timeout_s=BUSY_TIMEOUT_S)
+    try:
         context = lessons_for(store, home, payload, event, session, holdout, now)
+    finally:
+        if close:
+            store.close()
     if not context:
         return ""
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}},
@@ -486,9 +496,9 @@ def _holdout(value: float | None) -> float:
 
 
 def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: float | None,
-        watchdog: bool = True) -> int:
+        watchdog: bool = True, close: bool = True) -> int:
     """Answer one hook call; always 0.  With ``watchdog`` the process ends (status 0, nothing printed)
-    when the deadline passes."""
+    when the deadline passes; ``close`` as in ``respond``."""
     deadline = time.monotonic() + DEADLINE_S
     timer = threading.Timer(DEADLINE_S, os._exit, args=(0,)) if watchdog else None
     if timer is not None:
@@ -498,7 +508,7 @@ def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: fl
         raw = stdin.read(MAX_INPUT_BYTES + 1)
         if len(raw) > MAX_INPUT_BYTES:
             raise Skip(f"input over {MAX_INPUT_BYTES} bytes")
-        out = respond(raw, resolve_home(home_flag), holdout=_holdout(holdout), deadline=deadline)
+        out = respond(raw, resolve_home(home_flag), holdout=_holdout(holdout), deadline=deadline, close=close)
         if out:
             stdout.write(out + "\n")
             stdout.flush()
@@ -525,19 +535,31 @@ def cmd_hook(args: argparse.Namespace) -> int:
     return run(sys.stdin.buffer, sys.stdout, home_flag=getattr(args, "home", None), holdout=args.holdout)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
     """``neverest-hook [--home DIR] [--holdout F]``: the same as ``neverestctl hook``, without loading
-    the rest of neverestctl first."""
+    the rest of neverestctl first.  Always 0, even for a wrong command line (the agent must go on).
+
+    ``fast_exit`` (the console script and ``python -m``) ends the process once the answer is written
+    and every transaction committed, without the interpreter's teardown or the connection's closing
+    checkpoint: a third of the hook's own time."""
     parser = argparse.ArgumentParser(prog="neverest-hook", description="Answer one Claude Code hook call.")
     parser.add_argument("--home", default=None)
     parser.add_argument("--holdout", type=float, default=None)
     try:
         args = parser.parse_args(argv)
     except SystemExit:
-        return 0  # even a wrong command line must not block the agent
+        return 0
     os.umask(0o077)  # neverest.paths.PRIVATE_UMASK: the store's -wal and -shm are born private
-    return run(sys.stdin.buffer, sys.stdout, home_flag=args.home, holdout=args.holdout)
+    run(sys.stdin.buffer, sys.stdout, home_flag=args.home, holdout=args.holdout, close=not fast_exit)
+    if fast_exit:
+        os._exit(0)
+    return 0
+
+
+def entry() -> None:
+    """The console script ``neverest-hook``."""
+    main(fast_exit=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
