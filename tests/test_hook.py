@@ -333,3 +333,18 @@ def test_a_v3_store_gains_the_hooks_tables_and_keeps_its_lessons(tmp_path: Path)
         assert schema_version(store.db) == SCHEMA_VERSION == 4
         assert injections.sessions(store.db) == [] and injections.injections(store.db) == []
         assert [c.text for c in injections.candidates(store.db)] == [OWN_ERROR]
+
+
+def test_a_judged_state_is_kept_for_a_while_then_judged_again(home: Path) -> None:
+    prompt = "npm ci behind the corporate proxy again"
+    assert COMMON in context(call(home, payload("UserPromptSubmit", "s-1", prompt=prompt))[1], "UserPromptSubmit")
+    with contextlib.closing(sqlite3.connect(home / "memory.db", isolation_level=None)) as db:
+        assert db.execute("SELECT state, support, judged FROM lesson_states WHERE hash = ?",
+                          (lesson_hash("error", COMMON),)).fetchone() == ("common", 3, iso(NOW))
+        # Say the lesson was judged a candidate a minute ago: the hook keeps that verdict...
+        db.execute("UPDATE lesson_states SET state = 'candidate', judged = ?", ("2026-03-31T23:59:00.000000Z",))
+    assert call(home, payload("UserPromptSubmit", "s-2", prompt=prompt))[:2] == (0, "")
+    # ... until it is older than the time a state is kept, when the records are judged again.
+    with contextlib.closing(sqlite3.connect(home / "memory.db", isolation_level=None)) as db:
+        db.execute("UPDATE lesson_states SET judged = ?", ("2026-03-31T23:00:00.000000Z",))
+    assert COMMON in context(call(home, payload("UserPromptSubmit", "s-3", prompt=prompt))[1], "UserPromptSubmit")
