@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         (home / "config.toml").write_text('trust = "any"\n')
         build(home, args.lessons, args.episodes, args.projects)
         env = os.environ | {"NEVEREST_HOME": str(home), "NEVEREST_NOW": iso(NOW), "NEVEREST_HOLDOUT": "0"}
-        hook = [sys.executable, "-m", "neverest.agents.hook"]
+        # What the console script neverest-hook runs (as pip writes it), without runpy's cost of -m.
+        hook = [sys.executable, "-c", "import sys; from neverest.agents.hook import entry; sys.exit(entry())"]
         first, out = timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env)
         answered = {name: 0 for name in payloads("x")}
         times: dict[str, list[float]] = {"python -c pass": []} | {name: [] for name in payloads("x")}

@@ -37,16 +37,17 @@ modules load only when they are needed: judging the commons state of a published
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
-import socket
 import sqlite3
 import struct
 import sys
 import threading
 import time
+
+# hashlib's own BLAKE2b, without hashlib, whose import loads OpenSSL: a tenth of the hook's import time.
+from _blake2 import blake2b
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -128,7 +129,7 @@ _slots: dict[str, tuple[int, float]] = {}
 def _slot(feature: str) -> tuple[int, float]:
     found = _slots.get(feature)
     if found is None:
-        value = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8,
+        value = int.from_bytes(blake2b(feature.encode("utf-8"), digest_size=8,
                                                person=_HASH_PERSON).digest(), "little")
         found = _slots[feature] = (value % DIM, 1.0 if (value >> 8) & 1 else -1.0)
     return found
@@ -281,7 +282,7 @@ def error_event(payload: dict[str, Any], error: str, now: datetime) -> dict[str,
 
 def held_out(session: str, holdout: float) -> bool:
     """Whether ``session`` is held out: stable for a session, a ``holdout`` fraction of all sessions."""
-    digest = hashlib.blake2b(session.encode("utf-8"), digest_size=8, person=b"neverest-hold").digest()
+    digest = blake2b(session.encode("utf-8"), digest_size=8, person=b"neverest-hold").digest()
     return int.from_bytes(digest, "big") / 2.0**64 < holdout
 
 
@@ -414,6 +415,8 @@ def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, s
 def ask_daemon(home: Path, request: dict[str, Any], timeout_s: float) -> bool | None:
     """Send one request on the daemon's control socket: True when it answered ok, False when it
     answered otherwise or not in time, None when no daemon listens."""
+    import socket  # only a failed tool call needs it
+
     path = home / "control.sock"  # neverest.control.SOCKET_FILE, without importing trio
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(max(timeout_s, 0.05))
