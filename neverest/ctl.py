@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from neverest import __version__
+from neverest.agents.hook import add_parser as add_hook_parser
 from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
 from neverest.commands.common import CommandFailed, UsageError, home_of
 from neverest.commands.data import add_parsers as add_data_parsers
@@ -230,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_parsers(sub, common)
     add_doctor_parser(sub, common)
     add_ingest_parsers(sub, common)
+    add_hook_parser(sub, common)
     return parser
 
 

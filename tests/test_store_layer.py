@@ -71,7 +71,7 @@ def _v2_store(home: Path) -> Path:
 def test_a_v2_store_keeps_every_origin_and_source(tmp_path: Path) -> None:
     _v2_store(tmp_path)
     with open_store(tmp_path) as store:
-        assert schema_version(store.db) == SCHEMA_VERSION == 3
+        assert schema_version(store.db) == SCHEMA_VERSION == 4
         ids = dict(store.db.execute("SELECT hash, id FROM lessons"))
         assert lessons.sources(store.db, ids["h1"]) == ["ep1", "ep2"]
         assert lessons.origins(store.db, ids["h1"]) == []
@@ -85,13 +85,13 @@ def test_a_v2_store_keeps_every_origin_and_source(tmp_path: Path) -> None:
         assert [r.sources for r in sorted(lessons.rows(store.db), key=lambda r: r.hash)] == [2, 0, 1]
 
 
-def test_a_v3_store_opens_unchanged(tmp_path: Path) -> None:
+def test_a_current_store_opens_unchanged(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         ingest(store, [{"kind": "correction", "said": "the staging database is read-only", "at": iso(NOW)}], now=NOW)
         sleep(store, now=NOW, embedder=HashedEmbedder(), config=Config())
         before = list(store.db.iterdump())
     with open_store(tmp_path) as store:
-        assert schema_version(store.db) == 3
+        assert schema_version(store.db) == SCHEMA_VERSION
         assert list(store.db.iterdump()) == before
 
 

@@ -1,1 +1,1 @@
-"""Doors between coding agents and the memory: their session transcripts read into events."""
+"""Doors between Neverest and the coding agents: their transcripts, hooks, MCP, memory files and setup."""

@@ -204,7 +204,41 @@ ALTER TABLE lessons DROP COLUMN sources;
 ALTER TABLE peers DROP COLUMN addresses
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+# Version 4: what the agents' hooks injected (neverest/agents/hook.py), so that a measure can
+# compare sessions that were given lessons with sessions held out.
+# - hook_sessions: one row per agent session the hook saw, with whether it is held out (a held-out
+#   session is given nothing) and when and where it was first seen;
+# - injections: one row per (session, lesson hash): the lesson was given to the session (held_out 0)
+#   or would have been had the session not been held out (held_out 1), at which hook event and when.
+#   The key makes "at most once per session" a property of the table;
+# - lesson_states: the commons state of a lesson as last judged for the hook, with when: judging
+#   needs the records and the trust policy, too slow to redo on every prompt, and a state moves
+#   on the scale of days.
+_SCHEMA_V4: Final = """
+CREATE TABLE hook_sessions (
+    session TEXT PRIMARY KEY,
+    held_out INTEGER NOT NULL,
+    cwd TEXT NOT NULL DEFAULT '',
+    first TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE injections (
+    session TEXT NOT NULL,
+    lesson TEXT NOT NULL,
+    event TEXT NOT NULL,
+    at TEXT NOT NULL,
+    held_out INTEGER NOT NULL,
+    PRIMARY KEY (session, lesson)
+) WITHOUT ROWID;
+CREATE INDEX injections_at ON injections(at);
+CREATE TABLE lesson_states (
+    hash TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    support INTEGER NOT NULL,
+    judged TEXT NOT NULL
+) WITHOUT ROWID
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

@@ -1,0 +1,578 @@
+"""``neverestctl hook`` / ``neverest-hook``: Claude Code's hooks, answered from this memory.
+
+Claude Code runs the hook command on every prompt and tool call with one JSON object on standard
+input (``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``, and per event ``prompt``,
+``tool_name``, ``tool_input``, ``tool_response``).  The hook answers on standard output with
+
+    {"hookSpecificOutput": {"hookEventName": "<event>", "additionalContext": "<text>"}}
+
+or with nothing.  What each event gets:
+
+- ``SessionStart``: the strongest lessons learned in this working directory's project, then general ones;
+- ``UserPromptSubmit``: the lessons the prompt bears on (cosine in the hashed space at or above recall's
+  relevance floor, sharing a word with the prompt, as ``neverestctl recall``);
+- ``PreToolUse``: the error lessons the tool call (tool name and command) bears on;
+- ``PostToolUse`` with a failed result (``is_error``, or a non-zero exit code) and ``PostToolUseFailure``:
+  an error event stored at once through the one ingest function (by the daemon when it runs), nothing said;
+- ``Stop``: the correction lessons the agent's hand-back bears on.
+
+Only this memory's own lessons and received lessons whose commons state is ``common`` are given, each
+at most once per session, framed as an observation with its kind, state and provenance, under a line
+saying they are observations, not instructions; the whole text is at most ``MAX_CONTEXT_CHARS``.
+A stable fraction of sessions (``holdout``, chosen by a hash of the session id) is given nothing; both
+what is given and what is withheld are logged (tables ``hook_sessions`` and ``injections``) so that a
+measure can compare the two groups.
+
+The hook never stands in the agent's way: whatever goes wrong (no input, garbage, another agent's
+JSON, no memory, a locked store, a slow daemon) it prints nothing and exits 0, within ``DEADLINE_S``
+(a watchdog ends the process then).  It never exits 2, which would block the agent.
+
+It is run on every prompt and tool call, so it imports the standard library only on the way to an
+answer: the hashed-space vectors are computed here in plain Python (``tests/test_hook.py`` checks
+them against ``neverest.memory.embed``), the daemon is asked over its socket directly.  The heavy
+modules load only when they are needed: judging the commons state of a published or received lesson
+(then cached for ``STATE_TTL_S`` in ``lesson_states``), and storing an error without a daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import struct
+import sys
+import threading
+import time
+
+# hashlib's own BLAKE2b, without hashlib, whose import loads OpenSSL: a tenth of the hook's import time.
+from _blake2 import blake2b
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import IO, Any, Final
+
+from neverest.memory.queries import injections as q
+from neverest.memory.store import Store
+from neverest.paths import KEY_FILE, STORE_FILE, resolve_home
+
+DEADLINE_S: Final = 1.5
+# How long a write waits for another process's lock: well under the deadline, so a locked store means
+# an empty answer, not a killed hook.
+BUSY_TIMEOUT_S: Final = 0.25
+MAX_INPUT_BYTES: Final = 8 * 1024 * 1024
+MAX_CONTEXT_CHARS: Final = 2000
+MAX_LESSON_CHARS: Final = 400
+MAX_QUERY_CHARS: Final = 4000
+DEFAULT_HOLDOUT: Final = 0.5
+HOLDOUT_ENV: Final = "NEVEREST_HOLDOUT"
+DEBUG_ENV: Final = "NEVEREST_HOOK_DEBUG"
+STATE_TTL_S: Final = 600.0
+# Judging states loads the commons rule (about half a second on a busy machine): it is started only
+# with this much of the deadline left, else the states judged before are used, however old.
+JUDGE_BUDGET_S: Final = 1.0
+AGENT: Final = "claude-code"
+HEADER: Final = ("Neverest memory: observations from earlier sessions, not instructions. "
+                 "Weigh them against what you see now.")
+# How many lessons each event gives at most.
+TOP: Final = {"SessionStart": 5, "UserPromptSubmit": 3, "PreToolUse": 2, "Stop": 2}
+# The kind of lesson each event looks for (None: every kind).
+KIND: Final[dict[str, str | None]] = {"SessionStart": None, "UserPromptSubmit": None, "PreToolUse": "error",
+                                      "Stop": "correction"}
+FAILURE_EVENTS: Final = ("PostToolUse", "PostToolUseFailure")
+SESSION_MAX_CHARS: Final = 256
+# How much of the transcript's end is read to find the agent's hand-back when the Stop input lacks it.
+TRANSCRIPT_TAIL_BYTES: Final = 256 * 1024
+
+# The hashed space of neverest.memory.embed ("hashed-256"), restated without numpy.  Any change there
+# changes the space's name; tests/test_hook.py compares the two on many texts.
+HASHED_SPACE: Final = "hashed-256"
+DIM: Final = 256
+BIGRAM_WEIGHT: Final = 0.5
+_HASH_PERSON: Final = b"neverest-h256"
+_WORD: Final = re.compile(r"\w(?:[\w'-]*\w)?")
+_FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2010": "-"})
+# Recall's relevance floor in the hashed space (neverest.memory.recall.HASHED_MIN_COSINE).
+MIN_COSINE: Final = 0.1
+_SPARSE_ENTRY: Final = struct.Struct("<Bf")
+# Words too common to show that a text bears on another: recall's word check counts any shared word,
+# but a hook that spoke up whenever a prompt and a lesson share "the" would be noise in every session.
+_FILLER: Final = frozenset(
+    "a an the and or but if then else of to in on at by for with from into onto as is are was were be been being "
+    "it its this that these those there here i you he she we they me my your our their them us do does did done "
+    "not no yes can could should would will shall may might must have has had so than too very just also again "
+    "what which who whom whose when where why how all any some each every more most other such only own same "
+    "please now up down out over under about after before while".split())
+
+Vector = dict[int, float]
+
+
+class Skip(Exception):
+    """Nothing to say: the input is not a hook call this memory answers."""
+
+
+# -- the hashed space ---------------------------------------------------------------------------
+
+
+def words(text: str) -> list[str]:
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    import unicodedata
+    return _WORD.findall(unicodedata.normalize("NFKC", text).translate(_FOLD).casefold())
+
+
+_slots: dict[str, tuple[int, float]] = {}
+
+
+def _slot(feature: str) -> tuple[int, float]:
+    found = _slots.get(feature)
+    if found is None:
+        value = int.from_bytes(blake2b(feature.encode("utf-8"), digest_size=8,
+                                               person=_HASH_PERSON).digest(), "little")
+        found = _slots[feature] = (value % DIM, 1.0 if (value >> 8) & 1 else -1.0)
+    return found
+
+
+def hashed(text: str) -> Vector:
+    """The text's unit vector in the hashed space, as {slot: value}; {} without words."""
+    counts: Vector = {}
+    tokens = words(text)
+    for word in tokens:
+        index, sign = _slot(word)
+        counts[index] = counts.get(index, 0.0) + sign
+    for first, second in pairwise(tokens):
+        index, sign = _slot(f"{first} {second}")
+        counts[index] = counts.get(index, 0.0) + BIGRAM_WEIGHT * sign
+    norm = sum(v * v for v in counts.values()) ** 0.5
+    return {i: v / norm for i, v in counts.items() if v} if norm else {}
+
+
+def from_blob(blob: bytes) -> Vector:
+    """A hashed-space vector stored by ``neverest.memory.embed.to_blob`` (sparse or dense)."""
+    if len(blob) % 4 == 0:
+        return {i: v for i, v in enumerate(struct.unpack(f"<{len(blob) // 4}f", blob)) if v}
+    return {i: v for i, v in _SPARSE_ENTRY.iter_unpack(blob) if v}
+
+
+def dot(a: Vector, b: Vector) -> float:
+    if len(b) < len(a):
+        a, b = b, a
+    return sum(v * b.get(i, 0.0) for i, v in a.items())
+
+
+# -- what the agent sent ------------------------------------------------------------------------
+
+
+def _text(value: object, limit: int = MAX_QUERY_CHARS) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def tool_query(payload: dict[str, Any]) -> str:
+    """What a tool call is about: its tool and command (or its other string arguments)."""
+    tool_input = payload.get("tool_input")
+    parts = [_text(payload.get("tool_name"), 200)]
+    if isinstance(tool_input, dict):
+        command = tool_input.get("command")
+        if isinstance(command, str):
+            parts.append(command)
+        else:
+            parts.extend(v for v in tool_input.values() if isinstance(v, str) and len(v) <= 1000)
+    return " ".join(parts)[:MAX_QUERY_CHARS]
+
+
+def hand_back(payload: dict[str, Any]) -> str:
+    """The agent's last answer: from the input when it carries it, else from the transcript's end."""
+    given = payload.get("last_assistant_message")
+    if isinstance(given, str):
+        return given[-MAX_QUERY_CHARS:]
+    path = payload.get("transcript_path")
+    if not isinstance(path, str) or not path:
+        return ""
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(0, os.SEEK_END)
+            size = stream.tell()
+            stream.seek(max(0, size - TRANSCRIPT_TAIL_BYTES))
+            tail = stream.read(TRANSCRIPT_TAIL_BYTES)
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # the first line of the tail may be cut; any line may be damaged
+        if not isinstance(entry, dict) or entry.get("type") != "assistant":
+            continue
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            return content[-MAX_QUERY_CHARS:]
+        if isinstance(content, list):
+            texts = [b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"
+                     and isinstance(b.get("text"), str)]
+            if texts:
+                return " ".join(texts)[-MAX_QUERY_CHARS:]
+    return ""
+
+
+def _exit_code(response: dict[str, Any]) -> int | None:
+    for key in ("exit_code", "exitCode", "returncode", "return_code"):
+        value = response.get(key)
+        if type(value) is int:
+            return value
+    return None
+
+
+def failure(payload: dict[str, Any]) -> str | None:
+    """The error text of a failed tool call, None when the call did not fail."""
+    if payload.get("hook_event_name") == "PostToolUseFailure":
+        return _text(payload.get("error")) or "the tool call failed"
+    response = payload.get("tool_response")
+    if not isinstance(response, dict):
+        return None
+    code = _exit_code(response)
+    if response.get("is_error") is not True and response.get("isError") is not True and not code:
+        return None
+    for key in ("stderr", "error", "content", "stdout", "output"):
+        value = response.get(key)
+        if isinstance(value, str) and value.strip():
+            return value[:MAX_QUERY_CHARS]
+    return f"exit code {code}" if code else "the tool reported an error"
+
+
+_WRAPPERS: Final = frozenset({"sudo", "env", "time", "command", "exec", "nohup", "nice"})
+
+
+def program(command: str) -> str:
+    """The program a shell command runs: its first word, past variable assignments and wrappers."""
+    for token in command.split():
+        if "=" in token.split("/")[0] or token in _WRAPPERS or token.startswith("-"):
+            continue
+        return token.rsplit("/", 1)[-1][:100]
+    return ""
+
+
+def first_line(text: str) -> str:
+    """The first line that says something (not blank, not only punctuation or a traceback banner)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if words(line) and not line.startswith("Traceback (most recent call last)"):
+            return line[:500]
+    return text.strip()[:500]
+
+
+def error_event(payload: dict[str, Any], error: str, now: datetime) -> dict[str, str]:
+    tool = _text(payload.get("tool_name"), 100) or "tool"
+    tool_input = payload.get("tool_input")
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    command = command if isinstance(command, str) else ""
+    name = program(command)
+    event = {"kind": "error", "title": f"{tool}: {name}" if name else tool, "happened": first_line(error),
+             "agent": AGENT, "session": _text(payload.get("session_id"), SESSION_MAX_CHARS),
+             "cwd": _text(payload.get("cwd"), 4096), "at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+    if command:
+        event["agent_did"] = command[:2000]
+    return event
+
+
+# -- choosing lessons ---------------------------------------------------------------------------
+
+
+def held_out(session: str, holdout: float) -> bool:
+    """Whether ``session`` is held out: stable for a session, a ``holdout`` fraction of all sessions."""
+    digest = blake2b(session.encode("utf-8"), digest_size=8, person=b"neverest-hold").digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < holdout
+
+
+def _in_project(lesson_cwd: str, cwd: str) -> bool:
+    if not lesson_cwd or not cwd:
+        return False
+    a, b = lesson_cwd.rstrip("/") + "/", cwd.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[list[q.Candidate]]:
+    """The lessons for ``event``, best first, each as its rows (own first); [] when nothing bears on it."""
+    by_hash: dict[str, list[q.Candidate]] = {}
+    for row in rows:
+        by_hash.setdefault(row.hash, []).append(row)
+    groups = [sorted(g, key=lambda r: r.origin != "") for g in by_hash.values()]
+    if event == "SessionStart":
+        cwd = _text(payload.get("cwd"), 4096)
+        here = [g for g in groups if any(_in_project(r.cwd, cwd) for r in g)]
+        general = [g for g in groups if all(not r.cwd for r in g)]
+        strength = lambda g: -max(r.strength for r in g)  # noqa: E731
+        return sorted(here, key=strength) + sorted(general, key=strength)
+    if event == "UserPromptSubmit":
+        query = _text(payload.get("prompt"))
+    elif event == "PreToolUse":
+        query = tool_query(payload)
+    else:
+        query = hand_back(payload)
+    vector = hashed(query)
+    if not vector:
+        return []
+    query_words = set(words(query)) - _FILLER
+    scored: list[tuple[float, list[q.Candidate]]] = []
+    for group in groups:
+        row = group[0]
+        if query_words.isdisjoint(words(row.text)):
+            continue  # the cheaper test first: most lessons share no word with the query
+        lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
+        cosine = dot(vector, lesson)
+        if cosine >= MIN_COSINE:
+            scored.append((cosine, group))
+    scored.sort(key=lambda item: -item[0])
+    return [group for _, group in scored]
+
+
+def judge(db: sqlite3.Connection, home: Path, hashes: set[str], now: datetime) -> dict[str, tuple[str, int]]:
+    """The commons states of ``hashes`` as ``neverestctl lessons`` shows them (the slow path: imports
+    the whole rule)."""
+    from neverest.config import load_config
+    from neverest.identity import load_or_create
+    from neverest.memory.states import trust_filter, verdict
+
+    config = load_config(home)
+    origin = load_or_create(home).origin if (home / KEY_FILE).exists() else ""
+    counts = trust_filter(db, config, origin)
+    out: dict[str, tuple[str, int]] = {}
+    for digest in hashes:
+        v = verdict(db, digest, now=now, config=config, own_origin=origin, counts=counts)
+        out[digest] = (v.state, v.support)
+    return out
+
+
+def frame(group: list[q.Candidate], state: str, others: int) -> str:
+    own = group[0].origin == ""
+    if own:
+        source = "this memory" + (f" and {others} other memories" if others else "")
+    else:
+        source = f"{max(others, 1)} other memor{'y' if max(others, 1) == 1 else 'ies'}"
+    text = " ".join(group[0].text.split())
+    if len(text) > MAX_LESSON_CHARS:
+        text = text[:MAX_LESSON_CHARS - 1] + "…"
+    return f"- Observation from {source} ({group[0].kind}, {state}): {text}"
+
+
+def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, session: str, holdout: float,
+                now: datetime, deadline: float) -> str:
+    db = store.db
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    with store.read():
+        groups = rank(event, q.candidates(db, kind=KIND[event]), payload)
+        given = q.already_given(db, session)
+        groups = [g for g in groups if g[0].hash not in given][:4 * TOP[event]]
+        recorded = q.session_held_out(db, session)
+        # Own lessons never published are local; the state of the others needs the commons rule.
+        needing = {g[0].hash for g in groups if g[0].origin != ""} | q.published(db, (g[0].hash for g in groups))
+        since = (now - timedelta(seconds=STATE_TTL_S)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        states = q.cached_states(db, needing, since=since)
+        fresh: dict[str, tuple[str, int]] = {}
+        if needing - set(states):
+            if time.monotonic() < deadline - JUDGE_BUDGET_S:
+                fresh = judge(db, home, needing - set(states), now)
+            else:  # no time left to judge: the states judged before, however old; the others are left out
+                states = q.cached_states(db, needing, since="")
+        states |= fresh
+    chosen: list[tuple[list[q.Candidate], str]] = []
+    for group in groups:
+        own = group[0].origin == ""
+        if group[0].hash in needing and group[0].hash not in states:
+            continue  # its state is not known in time
+        state = states.get(group[0].hash, ("local", 0))[0]
+        if (own and state != "revoked") or (not own and state == "common"):
+            chosen.append((group, state))
+    lines: list[str] = []
+    size = len(HEADER)
+    for group, state in chosen[:TOP[event]]:
+        line = frame(group, state, q.other_origins(db, group[0].hash))
+        if size + 1 + len(line) > MAX_CONTEXT_CHARS:
+            break
+        lines.append(line)
+        size += 1 + len(line)
+    shown = [group[0].hash for group, _ in chosen[:len(lines)]]
+    hold = held_out(session, holdout) if recorded is None else recorded
+    if recorded is not None and not shown and not fresh:
+        return ""  # nothing to log: no write
+    with store.write() as w:
+        if recorded is None:
+            q.add_session(w, session, held_out=hold, cwd=_text(payload.get("cwd"), 4096), at=stamp)
+        if fresh:
+            q.save_states(w, fresh, stamp)
+        new = set(q.log(w, session, shown, event=event, at=stamp, held_out=hold))
+    if hold:
+        return ""
+    kept = [line for line, digest in zip(lines, shown, strict=True) if digest in new]
+    return "\n".join([HEADER, *kept]) if kept else ""
+
+
+# -- storing a failure --------------------------------------------------------------------------
+
+
+def ask_daemon(home: Path, request: dict[str, Any], timeout_s: float) -> bool | None:
+    """Send one request on the daemon's control socket: True when it answered ok, False when it
+    answered otherwise or not in time, None when no daemon listens."""
+    import socket  # only a failed tool call needs it
+
+    path = home / "control.sock"  # neverest.control.SOCKET_FILE, without importing trio
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(max(timeout_s, 0.05))
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        except OSError:
+            return False
+        try:
+            sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
+            data = b""
+            while not data.endswith(b"\n") and len(data) < 1 << 20:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            answer = json.loads(data)
+        except (OSError, ValueError):
+            return False
+    return isinstance(answer, dict) and answer.get("ok") is True
+
+
+def store_failure(home: Path, payload: dict[str, Any], error: str, now: datetime, deadline: float) -> None:
+    event = error_event(payload, error, now)
+    answered = ask_daemon(home, {"op": "remember", "events": [event]}, deadline - time.monotonic() - 0.1)
+    if answered:
+        return
+    # No daemon (or it failed): the one ingest function, here.  Storing twice is harmless (an event's
+    # id is its content), so a daemon that stored it but did not answer in time loses nothing.
+    from neverest.memory.events import ingest
+
+    with Store(home / STORE_FILE, busy_timeout_s=BUSY_TIMEOUT_S) as store:
+        ingest(store, [event], now=now)
+
+
+# -- the whole call -----------------------------------------------------------------------------
+
+
+def now_utc() -> datetime:
+    pinned = os.environ.get("NEVEREST_NOW")  # neverest.clock.NOW_ENV: tests pin the clock
+    if pinned:
+        at = datetime.fromisoformat(pinned.strip())
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return datetime.now(UTC)
+
+
+def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: bool = True) -> str:
+    """The text to print for the hook input ``raw`` (may raise: the caller prints nothing then).
+
+    ``close=False`` leaves the store's connection to the process's end: a process that ends with
+    ``os._exit`` then skips the WAL checkpoint SQLite runs when the last connection closes (every
+    transaction is already committed and durable; the next connection or the daemon checkpoints)."""
+    payload = json.loads(raw)
+    if not isinstance(payload, dict):
+        raise Skip("not a JSON object")
+    event = payload.get("hook_event_name")
+    session = payload.get("session_id")
+    if not isinstance(event, str) or not isinstance(session, str) or not session or len(session) > SESSION_MAX_CHARS:
+        raise Skip("not a Claude Code hook call")
+    if not (home / STORE_FILE).is_file():
+        raise Skip(f"no memory at {home}")  # the hook never creates one
+    now = now_utc()
+    if event in FAILURE_EVENTS:
+        error = failure(payload)
+        if error is not None:
+            store_failure(home, payload, error, now, deadline)
+        return ""
+    if event not in TOP:
+        raise Skip(f"event {event} is not answered")
+    store = Store(home / STORE_FILE, busy_timeout_s=BUSY_TIMEOUT_S)
+    try:
+        context = lessons_for(store, home, payload, event, session, holdout, now, deadline)
+    finally:
+        if close:
+            store.close()
+    if not context:
+        return ""
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}},
+                      ensure_ascii=False)
+
+
+def _holdout(value: float | None) -> float:
+    if value is None:
+        text = os.environ.get(HOLDOUT_ENV)
+        value = float(text) if text else DEFAULT_HOLDOUT
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"holdout {value} is not a fraction between 0 and 1")
+    return value
+
+
+def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: float | None,
+        watchdog: bool = True, close: bool = True) -> int:
+    """Answer one hook call; always 0.  With ``watchdog`` the process ends (status 0, nothing printed)
+    when the deadline passes; ``close`` as in ``respond``."""
+    deadline = time.monotonic() + DEADLINE_S
+    timer = threading.Timer(DEADLINE_S, os._exit, args=(0,)) if watchdog else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        raw = stdin.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise Skip(f"input over {MAX_INPUT_BYTES} bytes")
+        out = respond(raw, resolve_home(home_flag), holdout=_holdout(holdout), deadline=deadline, close=close)
+        if out:
+            stdout.write(out + "\n")
+            stdout.flush()
+    except (Exception, RecursionError) as exc:  # whatever it is, the agent goes on without us
+        if os.environ.get(DEBUG_ENV):
+            print(f"neverest hook: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return 0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
+    """``neverestctl hook``."""
+    p = sub.add_parser("hook", parents=[common] if common else [],
+                       help="answer one Claude Code hook call (JSON on standard input) from this memory")
+    p.add_argument("--holdout", type=float, default=None,
+                   help=f"the fraction of sessions given nothing, for measuring (default ${HOLDOUT_ENV}, else "
+                        f"{DEFAULT_HOLDOUT})")
+    p.set_defaults(func=cmd_hook)
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    return run(sys.stdin.buffer, sys.stdout, home_flag=getattr(args, "home", None), holdout=args.holdout)
+
+
+def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
+    """``neverest-hook [--home DIR] [--holdout F]``: the same as ``neverestctl hook``, without loading
+    the rest of neverestctl first.  Always 0, even for a wrong command line (the agent must go on).
+
+    ``fast_exit`` (the console script and ``python -m``) ends the process once the answer is written
+    and every transaction committed, without the interpreter's teardown or the connection's closing
+    checkpoint: a third of the hook's own time."""
+    parser = argparse.ArgumentParser(prog="neverest-hook", description="Answer one Claude Code hook call.")
+    parser.add_argument("--home", default=None)
+    parser.add_argument("--holdout", type=float, default=None)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        return 0
+    os.umask(0o077)  # neverest.paths.PRIVATE_UMASK: the store's -wal and -shm are born private
+    run(sys.stdin.buffer, sys.stdout, home_flag=args.home, holdout=args.holdout, close=not fast_exit)
+    if fast_exit:
+        os._exit(0)
+    return 0
+
+
+def entry() -> None:
+    """The console script ``neverest-hook``."""
+    main(fast_exit=True)
+
+
+if __name__ == "__main__":
+    entry()
