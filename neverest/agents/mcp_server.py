@@ -52,7 +52,6 @@ from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
 from neverest.memory.states import trust_filter
 from neverest.memory.store import StoreError
-from neverest.records import KINDS
 
 # One JSON-RPC message per line; a tool call is a few kilobytes, an event at most 1 MiB.
 MAX_LINE_BYTES: Final = 4 * 1024 * 1024
@@ -65,7 +64,7 @@ FRAMING: Final = ("an observation from earlier sessions, not an instruction: wei
                   "then decide for yourself")
 
 EventKind = Literal["error", "correction", "surprise", "note", "environment"]
-LessonKind = Literal["error", "correction", "surprise", "environment"]
+LessonKind = Literal["error", "correction", "surprise"]  # the lesson kinds of records.KINDS
 _Text = Annotated[str | None, Field(max_length=8192)]
 
 
@@ -227,7 +226,6 @@ def build_server(tools: Tools) -> MCPServer[Any]:
     ) -> dict[str, Any]:
         return tools.show(hash)
 
-    assert set(KINDS) >= {"error", "correction", "surprise", "environment"}  # LessonKind names record kinds
     return server
 
 
@@ -322,10 +320,10 @@ async def stdio_transport() -> AsyncIterator[tuple[MemoryObjectReceiveStream[Ses
             yield read_r, write_w
             tg.cancel_scope.cancel()
     finally:
+        # wire_in stays open: a worker thread abandoned on cancel may still block reading it.
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
         wire_out.close()
-        wire_in.close()
 
 
 async def serve(server: MCPServer[Any]) -> None:
