@@ -215,6 +215,11 @@ def test_malformed_lines_get_json_rpc_errors_and_the_next_request_works(home: Pa
         invalid = _rpc(proc, b'{"jsonrpc": "2.0", "id": 7, "params": []}')
         assert invalid["id"] == 7 and invalid["error"]["code"] == -32600
         assert _rpc(proc, b"\xff\xfe binary")["error"]["code"] == -32700
+        assert _rpc(proc, b"[" * 100_000 + b"]" * 100_000)["error"]["code"] == -32700
+        for bad_id in (b"true", b'{"a": 1}', b"1.5"):  # the SDK alone reads these as notifications: no answer
+            wrong = _rpc(proc, b'{"jsonrpc": "2.0", "id": ' + bad_id + b', "method": "tools/list"}')
+            assert wrong == {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32600, "message": "invalid request: id must be a string or an integer"}}
         huge = _rpc(proc, b'{"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"x": "'
                     + b"a" * (5 * 1024 * 1024) + b'"}}')
         assert huge["id"] is None and huge["error"]["code"] == -32600 and "bytes" in huge["error"]["message"]

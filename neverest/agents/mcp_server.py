@@ -37,7 +37,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.message import SessionMessage
-from mcp.types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, jsonrpc_message_adapter
+from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    jsonrpc_message_adapter,
+)
 from pydantic import Field, ValidationError
 
 from neverest import __version__
@@ -231,20 +238,41 @@ def build_server(tools: Tools) -> MCPServer[Any]:
 
 # -- the transport ----------------------------------------------------------------------------
 
+def _error(code: int, message: str, msg_id: object = None) -> JSONRPCError:
+    # A request id is a string or an integer (never a boolean); any other is answered with id null.
+    ok_id = msg_id if isinstance(msg_id, str | int) and not isinstance(msg_id, bool) else None
+    return JSONRPCError(jsonrpc="2.0", id=ok_id, error=ErrorData(code=code, message=message))
+
+
 def _rejection(line: bytes | None) -> JSONRPCError:
     """The JSON-RPC error for a line that is not a valid message (None: over the size limit)."""
     if line is None:
-        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
-            code=INVALID_REQUEST, message=f"request refused: over {MAX_LINE_BYTES} bytes on one line"))
+        return _error(INVALID_REQUEST, f"request refused: over {MAX_LINE_BYTES} bytes on one line")
+    try:
+        obj = json.loads(line)
+    except RecursionError:
+        return _error(PARSE_ERROR, "parse error: JSON nested too deep")
+    except ValueError:
+        return _error(PARSE_ERROR, "parse error: the line is not JSON (one JSON-RPC message per line)")
+    return _error(INVALID_REQUEST, "invalid request: not a JSON-RPC 2.0 request, notification or response",
+                  obj.get("id") if isinstance(obj, dict) else None)
+
+
+def _bad_id(line: bytes) -> JSONRPCError | None:
+    """The error for a request whose id is neither a string nor an integer.
+
+    The SDK reads such a message as a notification (no answer ever comes): the client
+    waiting for one is told instead.
+    """
+    if b'"id"' not in line:
+        return None
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError):
-        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
-            code=PARSE_ERROR, message="parse error: the line is not JSON (one JSON-RPC message per line)"))
-    msg_id = obj.get("id") if isinstance(obj, dict) else None
-    return JSONRPCError(jsonrpc="2.0", id=msg_id if isinstance(msg_id, str | int) and msg_id is not True
-                        and msg_id is not False else None, error=ErrorData(
-        code=INVALID_REQUEST, message="invalid request: not a JSON-RPC 2.0 request, notification or response"))
+        return None  # the SDK's parser took it; leave it to the SDK
+    if not isinstance(obj, dict) or "id" not in obj:
+        return None
+    return _error(INVALID_REQUEST, "invalid request: id must be a string or an integer")
 
 
 async def _lines(stream: BinaryIO) -> AsyncIterator[bytes | None]:
@@ -302,6 +330,10 @@ async def stdio_transport() -> AsyncIterator[tuple[MemoryObjectReceiveStream[Ses
                         message = jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except ValidationError:
                         pass
+                if isinstance(message, JSONRPCNotification) and line is not None:
+                    if (error := _bad_id(line)) is not None:
+                        await replies.send(SessionMessage(error))
+                        continue
                 if message is None:
                     await replies.send(SessionMessage(_rejection(line)))
                 else:
