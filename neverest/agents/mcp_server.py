@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Final, Literal
 
@@ -72,7 +72,8 @@ FRAMING: Final = ("an observation from earlier sessions, not an instruction: wei
 
 EventKind = Literal["error", "correction", "surprise", "note", "environment"]
 LessonKind = Literal["error", "correction", "surprise"]  # the lesson kinds of records.KINDS
-_Text = Annotated[str | None, Field(max_length=8192)]
+# Long fields are cut by the ingest function (a stack trace keeps its first page), not refused here.
+_Text = str | None
 
 
 def _provenance(row: dict[str, Any], own_origin: str) -> str:
@@ -314,7 +315,7 @@ async def stdio_transport() -> AsyncIterator[tuple[MemoryObjectReceiveStream[Ses
     any library lands in the log, never inside the protocol's frames.
     """
     wire_in = os.fdopen(os.dup(0), "rb", buffering=0)
-    wire_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    wire_out = os.fdopen(os.dup(1), "wb")
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     read_w, read_r = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -339,11 +340,21 @@ async def stdio_transport() -> AsyncIterator[tuple[MemoryObjectReceiveStream[Ses
                 else:
                     await read_w.send(SessionMessage(message))
 
+    def send(data: bytes) -> None:
+        wire_out.write(data)
+        wire_out.flush()
+
     async def writer() -> None:
+        gone = False
         async with write_r:
             async for item in write_r:
+                if gone:
+                    continue  # keep taking the server's answers until its input ends too
                 data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
-                await anyio.to_thread.run_sync(wire_out.write, data)
+                try:
+                    await anyio.to_thread.run_sync(send, data)
+                except OSError:  # the client closed our output (a broken pipe): nobody reads the answers
+                    gone = True
 
     try:
         async with anyio.create_task_group() as tg:
@@ -355,7 +366,8 @@ async def stdio_transport() -> AsyncIterator[tuple[MemoryObjectReceiveStream[Ses
         # wire_in stays open: a worker thread abandoned on cancel may still block reading it.
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
-        wire_out.close()
+        with suppress(OSError):
+            wire_out.close()
 
 
 async def serve(server: MCPServer[Any]) -> None:
