@@ -19,6 +19,7 @@ from typing import BinaryIO, TextIO
 from neverest import __version__
 from neverest.agents.hook import add_parser as add_hook_parser
 from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
+from neverest.commands.agents_mcp import add_parser as add_mcp_parser
 from neverest.commands.common import CommandFailed, UsageError, home_of
 from neverest.commands.data import add_parsers as add_data_parsers
 from neverest.commands.doctor import add_parser as add_doctor_parser
@@ -232,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_parser(sub, common)
     add_ingest_parsers(sub, common)
     add_hook_parser(sub, common)
+    add_mcp_parser(sub, common)
     return parser
 
 

@@ -94,19 +94,22 @@ def _find(memory: Memory, prefix: str) -> str:
     return found.pop()
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        target = _find(memory, args.hash)
-        db = memory.store.db
-        origin = memory.identity.origin
-        held = holdings.about(db, target)
-        v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin, held=held)
-        lessons = lesson_rows(memory.store, include_archived=True, target=target)
-        records = [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
-                    "received": h.received, "superseded": h.superseded} for h in held]
-        tomb = holdings.tombstone(db, target)
+def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
+    """A lesson by hash prefix: its text, state, publishers, supporters, the rows held here and its records.
+
+    Raises UsageError when the prefix is too short or does not name exactly one lesson.
+    """
+    target = _find(memory, prefix)
+    db = memory.store.db
+    origin = memory.identity.origin
+    held = holdings.about(db, target)
+    v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin, held=held)
+    lessons = lesson_rows(memory.store, include_archived=True, target=target)
+    records = [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
+                "received": h.received, "superseded": h.superseded} for h in held]
+    tomb = holdings.tombstone(db, target)
     first = lessons[0] if lessons else {}
-    out: dict[str, Any] = {
+    return {
         "hash": target, "text": first.get("text"), "kind": first.get("kind"),
         "state": v.state, "support": v.support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
         "supporters": list(v.supporters), "revoked_by": list(v.revoked_by), "tombstone": tomb,
@@ -115,19 +118,25 @@ def cmd_show(args: argparse.Namespace) -> int:
                        "layer": r["layer"], "archived": r["archived"], "sources": r["sources"]} for r in lessons],
         "records": records,
     }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_memory(args) as memory:
+        out = lesson_details(memory, args.hash)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
         return 0
-    print(f"{target}  [{out['kind']}]  {out['text']}")
-    print(f"state {v.state}, support {v.support}" + (f", tombstone ({tomb})" if tomb else ""))
-    print(f"publishers: {', '.join(v.publishers) or 'none'} (first: {v.first_publisher or '-'})")
-    print(f"supporters: {', '.join(v.supporters) or 'none'}")
-    if v.revoked_by:
-        print(f"revoked by: {', '.join(v.revoked_by)}")
+    print(f"{out['hash']}  [{out['kind']}]  {out['text']}")
+    tomb = out["tombstone"]
+    print(f"state {out['state']}, support {out['support']}" + (f", tombstone ({tomb})" if tomb else ""))
+    print(f"publishers: {', '.join(out['publishers']) or 'none'} (first: {out['first_publisher'] or '-'})")
+    print(f"supporters: {', '.join(out['supporters']) or 'none'}")
+    if out["revoked_by"]:
+        print(f"revoked by: {', '.join(out['revoked_by'])}")
     for held in out["held_here"]:
         print(f"held here: strength {held['strength']}, seen {held['seen']}, layer {held['layer']}, "
               f"from {held['origin']}" + (" (archived)" if held["archived"] else ""))
-    for rec in records:
+    for rec in out["records"]:
         print(f"  {rec['type']:<8} by {rec['origin']} seq {rec['seq']} signed {rec['at']} via {rec['source']}"
               + (" (superseded)" if rec["superseded"] else ""))
     return 0
