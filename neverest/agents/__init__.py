@@ -1,0 +1,1 @@
+"""The doors between a memory and the coding agents on this machine."""
