@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from neverest import __version__
+from neverest.commands.agents_setup import add_parsers as add_agents_parsers
 from neverest.commands.common import CommandFailed, UsageError, home_of
 from neverest.commands.data import add_parsers as add_data_parsers
 from neverest.commands.doctor import add_parser as add_doctor_parser
@@ -228,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
     add_data_parsers(sub, common)
     add_doctor_parser(sub, common)
+    add_agents_parsers(sub, common)
     return parser
 
 
