@@ -148,3 +148,18 @@ def test_the_file_is_replaced_whole_never_written_in_place(tmp_path: Path) -> No
     assert old.read() == b"# mine\n"
     old.close()
     assert path.read_bytes().startswith(b"# mine\n\n" + BEGIN)
+
+
+def test_a_project_whose_lessons_are_gone_loses_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    path = _file(projects)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"# mine\n")
+    with _memory(tmp_path) as memory:
+        _own_lesson(memory, "npm ci fails behind the proxy")
+        render_agent_memory(memory, claude_projects=projects)
+        assert BEGIN in path.read_bytes()
+        with memory.store.write() as db:
+            db.execute("UPDATE lessons SET archived = 1")
+        render_agent_memory(memory, claude_projects=projects)
+    assert path.read_bytes() == b"# mine\n"

@@ -37,7 +37,7 @@ MEMORY_FILE: Final = "MEMORY.md"
 MAX_LINES: Final = 20  # the agent loads only the first lines of the file: the section stays short
 MAX_TEXT: Final = 300
 TAG_LEN: Final = 12
-_TAG: Final = re.compile(rb"\(id ([0-9a-f]{%d})\)" % TAG_LEN)
+_TAG: Final = re.compile(rb"\(id ([^()\s]{1,%d})\)" % TAG_LEN)
 _SLUG_MAX: Final = 200
 
 
@@ -102,6 +102,8 @@ def replaced(content: bytes | None, new_section: bytes | None) -> bytes:
     """The file with its section replaced by ``new_section`` (None: removed); appended when absent."""
     before, old, after = split(content or b"")
     if old is not None:
+        if new_section is None and not after and before.endswith(b"\n\n"):
+            before = before[:-1]  # the blank line put before the section when it was appended
         return before + (new_section or b"") + after
     if new_section is None:
         return before
@@ -145,6 +147,7 @@ def render_agent_memory(memory: Memory, *, claude_projects: Path) -> dict[str, A
             received.append((lesson, state))
             seen.add(lesson.hash)
 
+    done: set[str] = set()
     for project, lessons in sorted(own.items()):
         folder = project_folder(claude_projects, project)
         if folder is None:
@@ -154,24 +157,35 @@ def render_agent_memory(memory: Memory, *, claude_projects: Path) -> dict[str, A
         path = folder / "memory" / MEMORY_FILE
         if path.is_symlink():
             path = path.resolve()
-        content, mode = _read(path)
-        _, old_section, _ = split(content or b"")
-        present = set(_TAG.findall(old_section or b""))
-        was_written, vetoed = agent_memory.written(db, os.fspath(path))
-        newly = [h for h in was_written if h[:TAG_LEN].encode() not in present and h not in vetoed]
-        vetoed = sorted({*vetoed, *newly})
-        report["vetoed"] += len(newly)
         chosen: list[tuple[agent_memory.Shown, str | None]] = [(lesson, None) for lesson in lessons]
-        chosen += [(lesson, state) for lesson, state in received]
-        chosen = [(lesson, state) for lesson, state in chosen if lesson.hash not in vetoed][:MAX_LINES]
-        new_section = section([_line(lesson, state) for lesson, state in chosen]) if chosen else None
-        data = replaced(content, new_section)
-        if (content is None and new_section is None) or data == content:
-            report["unchanged"] += 1
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            atomic_write(path, data, mode=mode)
-            report["written"] += 1
-        with memory.store.write() as wdb:
-            agent_memory.set_written(wdb, os.fspath(path), [lesson.hash for lesson, _ in chosen], vetoed)
+        _render_file(memory, path, chosen + [(lesson, state) for lesson, state in received], report)
+        done.add(os.fspath(path))
+    # A project whose lessons are all gone (archived, forgotten) loses its section.
+    for name in agent_memory.files(db):
+        if name not in done and Path(name).is_file():
+            _render_file(memory, Path(name), [], report)
     return report
+
+
+def _render_file(memory: Memory, path: Path, candidates: list[tuple[agent_memory.Shown, str | None]],
+                 report: dict[str, Any]) -> None:
+    """Write one file's section: the candidates not vetoed, at most ``MAX_LINES``; none removes it."""
+    db = memory.store.db
+    content, mode = _read(path)
+    _, old_section, _ = split(content or b"")
+    present = set(_TAG.findall(old_section or b""))
+    was_written, vetoed = agent_memory.written(db, os.fspath(path))
+    newly = [h for h in was_written if h[:TAG_LEN].encode() not in present and h not in vetoed]
+    vetoed = sorted({*vetoed, *newly})
+    report["vetoed"] += len(newly)
+    chosen = [(lesson, state) for lesson, state in candidates if lesson.hash not in vetoed][:MAX_LINES]
+    new_section = section([_line(lesson, state) for lesson, state in chosen]) if chosen else None
+    data = replaced(content, new_section)
+    if (content is None and new_section is None) or data == content:
+        report["unchanged"] += 1
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(path, data, mode=mode)
+        report["written"] += 1
+    with memory.store.write() as wdb:
+        agent_memory.set_written(wdb, os.fspath(path), [lesson.hash for lesson, _ in chosen], vetoed)

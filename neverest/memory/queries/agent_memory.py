@@ -56,3 +56,9 @@ def written(db: sqlite3.Connection, path: str) -> tuple[list[str], list[str]]:
 def set_written(db: sqlite3.Connection, path: str, hashes: list[str], vetoed: list[str]) -> None:
     """Inside a write transaction."""
     Store.set_meta(db, _META_PREFIX + path, json.dumps({"written": sorted(hashes), "vetoed": sorted(vetoed)}))
+
+
+def files(db: sqlite3.Connection) -> list[str]:
+    """Every memory file a section was ever written to."""
+    return [str(r[0])[len(_META_PREFIX):] for r in db.execute(
+        "SELECT key FROM meta WHERE substr(key, 1, ?) = ?", (len(_META_PREFIX), _META_PREFIX))]
