@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nacl.signing
 
-from neverest.agents.memory_file import BEGIN, END, project_slug, render_agent_memory
+from neverest.agents.memory_file import BEGIN, END, claude_projects_dir, project_slug, render_agent_memory
 from neverest.clock import FixedClock, iso
 from neverest.config import Config
 from neverest.memory.queries import lessons
@@ -163,3 +163,8 @@ def test_a_project_whose_lessons_are_gone_loses_its_section_and_keeps_the_rest(t
             db.execute("UPDATE lessons SET archived = 1")
         render_agent_memory(memory, claude_projects=projects)
     assert path.read_bytes() == b"# mine\n"
+
+
+def test_where_claude_codes_projects_are() -> None:
+    assert claude_projects_dir({"HOME": "/h"}) == Path("/h/.claude/projects")
+    assert claude_projects_dir({"HOME": "/h", "CLAUDE_CONFIG_DIR": "/c"}) == Path("/c/projects")

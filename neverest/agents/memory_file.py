@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,6 +40,14 @@ MAX_TEXT: Final = 300
 TAG_LEN: Final = 12
 _TAG: Final = re.compile(rb"\(id ([^()\s]{1,%d})\)" % TAG_LEN)
 _SLUG_MAX: Final = 200
+
+
+def claude_projects_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Claude Code's projects folder: ``$CLAUDE_CONFIG_DIR/projects``, else ``~/.claude/projects``."""
+    env = os.environ if environ is None else environ
+    if env.get("CLAUDE_CONFIG_DIR"):
+        return Path(env["CLAUDE_CONFIG_DIR"]).expanduser() / "projects"
+    return Path(env.get("HOME") or Path.home()) / ".claude" / "projects"
 
 
 def project_slug(cwd: str) -> str:

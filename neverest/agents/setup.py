@@ -55,6 +55,8 @@ class Environment:
     """Where the agents' files are and how to run Neverest's programs, as found on this machine."""
 
     home: Path  # the person's home folder
+    claude_dir: Path  # $CLAUDE_CONFIG_DIR, else ~/.claude
+    claude_json: Path  # $CLAUDE_CONFIG_DIR/.claude.json, else ~/.claude.json
     codex_home: Path
     config_home: Path  # $XDG_CONFIG_HOME, else ~/.config
     backups: Path  # the Neverest home's setup folder
@@ -68,15 +70,19 @@ class Environment:
     def detect(cls, neverest_home: Path, *, pinned: bool, environ: Mapping[str, str] | None = None) -> Environment:
         env = os.environ if environ is None else environ
         home = Path(env.get("HOME") or Path.home())
+        moved = Path(env["CLAUDE_CONFIG_DIR"]).expanduser() if env.get("CLAUDE_CONFIG_DIR") else None
+        claude_dir = moved or home / ".claude"
+        claude_json = (moved or home) / ".claude.json"
         codex_home = Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else home / ".codex"
         config_home = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
         path = env.get("PATH", os.defpath)
         pin = ("--home", os.fspath(neverest_home.absolute())) if pinned else ()
         return cls(
-            home=home, codex_home=codex_home, config_home=config_home, backups=neverest_home / SETUP_DIR,
+            home=home, claude_dir=claude_dir, claude_json=claude_json, codex_home=codex_home,
+            config_home=config_home, backups=neverest_home / SETUP_DIR,
             ctl=(*_program("neverestctl", "neverest.ctl", path), *pin),
             daemon=(*_program("neverestd", "neverest.daemon", path), *pin),
-            claude=(home / ".claude").is_dir() or (home / ".claude.json").is_file()
+            claude=claude_dir.is_dir() or claude_json.is_file()
             or shutil.which("claude", path=path) is not None,
             codex=bool(env.get("CODEX_HOME")) or codex_home.is_dir() or shutil.which("codex", path=path) is not None,
             systemd=Path("/run/systemd/system").is_dir() and shutil.which("systemctl", path=path) is not None,
@@ -337,11 +343,11 @@ def plan(env: Environment) -> Plan:
 
     if env.claude:
         command = shlex.join([*env.ctl, "hook"])
-        consider(env.home / ".claude" / "settings.json", "claude-settings",
+        consider(env.claude_dir / "settings.json", "claude-settings",
                  f"hooks {', '.join(HOOK_EVENTS)} run `{command}`",
                  lambda c, p: hooks_added(c, p, command))
         server = {"type": "stdio", "command": env.ctl[0], "args": [*env.ctl[1:], "mcp"], "env": {}}
-        consider(env.home / ".claude.json", "claude-config", f"MCP server {SERVER!r} (user scope) runs "
+        consider(env.claude_json, "claude-config", f"MCP server {SERVER!r} (user scope) runs "
                  f"`{shlex.join([*env.ctl, 'mcp'])}`", lambda c, p: server_added(c, p, server))
     else:
         out.notes.append("Claude Code: not found (no ~/.claude, ~/.claude.json or `claude` on the PATH)")

@@ -48,7 +48,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         # The memory the agents are wired to exists from now on (its store marks the folder as a
         # home, so the backups kept in it do not make it look like some other folder).
-        open_store(neverest_home).close()
+        if not args.undo:
+            open_store(neverest_home).close()
     env = Environment.detect(neverest_home, pinned=not is_default(flag))
     try:
         if args.undo:
