@@ -187,3 +187,21 @@ def test_only_the_agents_found_are_wired(machine: Path, tmp_path: Path) -> None:
     assert {c.kind for c in todo.changes} == {"claude-settings", "claude-config"}
     assert any("Codex CLI: not found" in n for n in todo.notes)
     assert any("[Service]" in n for n in todo.notes)  # without systemd the unit is printed
+
+
+def test_an_old_neverest_table_is_replaced_in_place_and_an_inline_one_is_refused(tmp_path: Path) -> None:
+    from neverest.agents.setup import SetupError, codex_added, codex_removed
+    old = (b'# top\n[mcp_servers.neverest]  # ours, from an old install\ncommand = "/old/neverestctl"\n'
+           b'args = ["mcp"]\n\n[profiles.x]\nmodel = "o4"  # mine\n')
+    new = codex_added(old, tmp_path / "c.toml", "/new/neverestctl", ["mcp"])
+    assert new is not None
+    assert new.startswith(b"# top\n[mcp_servers.neverest]\ncommand = \"/new/neverestctl\"\n")
+    assert new.endswith(b'[profiles.x]\nmodel = "o4"  # mine\n')
+    assert codex_added(new, tmp_path / "c.toml", "/new/neverestctl", ["mcp"]) == new  # idempotent
+    assert tomllib.loads((codex_removed(new, tmp_path / "c.toml") or b"").decode()) == {"profiles": {"x": {
+        "model": "o4"}}}
+    inline = b'mcp_servers = { neverest = { command = "x" } }\n'
+    with pytest.raises(SetupError, match="other than as a"):
+        codex_added(inline, tmp_path / "c.toml", "/new/neverestctl", ["mcp"])
+    with pytest.raises(SetupError, match="not valid TOML"):
+        codex_added(b"[broken", tmp_path / "c.toml", "/new/neverestctl", ["mcp"])
