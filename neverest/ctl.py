@@ -20,6 +20,7 @@ from neverest import __version__
 from neverest.agents.hook import add_parser as add_hook_parser
 from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
 from neverest.commands.agents_mcp import add_parser as add_mcp_parser
+from neverest.commands.agents_setup import add_parsers as add_agents_parsers
 from neverest.commands.common import CommandFailed, UsageError, home_of
 from neverest.commands.data import add_parsers as add_data_parsers
 from neverest.commands.doctor import add_parser as add_doctor_parser
@@ -234,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ingest_parsers(sub, common)
     add_hook_parser(sub, common)
     add_mcp_parser(sub, common)
+    add_agents_parsers(sub, common)
     return parser
 
 

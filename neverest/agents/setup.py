@@ -1,0 +1,454 @@
+"""Wiring the agents on this machine to the memory, and unwiring them byte for byte.
+
+``neverestctl setup`` finds the agents installed and changes their configuration files:
+
+- Claude Code: the hooks (SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop) in
+  ``~/.claude/settings.json``, each running ``neverestctl hook``; the MCP server
+  (``neverestctl mcp``) among the user's servers, ``mcpServers`` in ``~/.claude.json`` (where
+  ``claude mcp add --scope user`` writes them);
+- Codex CLI: the MCP server as the table ``[mcp_servers.neverest]`` of ``$CODEX_HOME/config.toml``,
+  edited as text (only that table), so the person's comments and formatting stay;
+- the daemon: a systemd user unit for ``neverestd``, written where systemd runs, else printed.
+
+Every file is merged into, never rewritten from scratch: a key that was there stays.  The first
+time setup changes a file it keeps the original bytes (or that it did not exist) in the home's
+``setup`` folder with a manifest; ``--undo`` puts each file back byte for byte when nobody
+changed it since, or else removes only Neverest's entries from it (the agents rewrite their own
+files: Claude Code updates ``~/.claude.json`` all the time).  Planning comes before writing: a
+file that cannot be read as its format says stops the run before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import sys
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from neverest.files import atomic_write
+
+HOOK_EVENTS: Final = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
+TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")  # the events whose matcher is a tool name
+SERVER: Final = "neverest"
+MANIFEST: Final = "manifest.json"
+SETUP_DIR: Final = "setup"
+UNIT_NAME: Final = "neverestd.service"
+ENABLE_HINT: Final = "systemctl --user daemon-reload && systemctl --user enable --now neverestd"
+
+
+class SetupError(Exception):
+    """A file cannot be merged into as it is; the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where the agents' files are and how to run Neverest's programs, as found on this machine."""
+
+    home: Path  # the person's home folder
+    claude_dir: Path  # $CLAUDE_CONFIG_DIR, else ~/.claude
+    claude_json: Path  # $CLAUDE_CONFIG_DIR/.claude.json, else ~/.claude.json
+    codex_home: Path
+    config_home: Path  # $XDG_CONFIG_HOME, else ~/.config
+    backups: Path  # the Neverest home's setup folder
+    ctl: tuple[str, ...]  # argv of neverestctl (with --home when one is pinned)
+    daemon: tuple[str, ...]  # argv of neverestd
+    claude: bool
+    codex: bool
+    systemd: bool
+
+    @classmethod
+    def detect(cls, neverest_home: Path, *, pinned: bool, environ: Mapping[str, str] | None = None) -> Environment:
+        env = os.environ if environ is None else environ
+        home = Path(env.get("HOME") or Path.home())
+        moved = Path(env["CLAUDE_CONFIG_DIR"]).expanduser() if env.get("CLAUDE_CONFIG_DIR") else None
+        claude_dir = moved or home / ".claude"
+        claude_json = (moved or home) / ".claude.json"
+        codex_home = Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else home / ".codex"
+        config_home = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+        path = env.get("PATH", os.defpath)
+        pin = ("--home", os.fspath(neverest_home.absolute())) if pinned else ()
+        return cls(
+            home=home, claude_dir=claude_dir, claude_json=claude_json, codex_home=codex_home,
+            config_home=config_home, backups=neverest_home / SETUP_DIR,
+            ctl=(*_program("neverestctl", "neverest.ctl", path), *pin),
+            daemon=(*_program("neverestd", "neverest.daemon", path), *pin),
+            claude=claude_dir.is_dir() or claude_json.is_file()
+            or shutil.which("claude", path=path) is not None,
+            codex=bool(env.get("CODEX_HOME")) or codex_home.is_dir() or shutil.which("codex", path=path) is not None,
+            systemd=Path("/run/systemd/system").is_dir() and shutil.which("systemctl", path=path) is not None,
+        )
+
+
+def _program(script: str, module: str, path: str) -> tuple[str, ...]:
+    """The absolute argv of one of Neverest's programs: the script installed next to this Python
+    (the same environment), else the one on the PATH, else this Python running the module."""
+    beside = Path(sys.executable).parent / script
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return (os.fspath(beside),)
+    found = shutil.which(script, path=path)
+    if found:
+        return (os.fspath(Path(found).absolute()),)
+    return (os.fspath(Path(sys.executable).absolute()), "-m", module)
+
+
+# -- Claude Code's JSON files -------------------------------------------------------------------
+
+
+def _json_object(content: bytes | None, path: Path) -> dict[str, Any]:
+    if content is None or not content.strip():
+        return {}
+    try:
+        data = json.loads(content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SetupError(f"{path} is not valid JSON ({exc}); fix or move it, then run setup again") from None
+    if not isinstance(data, dict):
+        raise SetupError(f"{path} holds a JSON {type(data).__name__}, not an object; setup will not touch it")
+    return data
+
+
+def _dump_json(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _is_our_hook(entry: object) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+        return False
+    try:
+        argv = shlex.split(entry["command"])
+    except ValueError:
+        return False
+    return bool(argv) and argv[-1] == "hook" and any(
+        Path(a).name == "neverestctl" or a == "neverest.ctl" for a in argv)
+
+
+def _without_our_hooks(hooks: dict[str, Any]) -> None:
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                ours = [h for h in group["hooks"] if _is_our_hook(h)]
+                if ours:
+                    group = {**group, "hooks": [h for h in group["hooks"] if not _is_our_hook(h)]}
+                    if not group["hooks"]:
+                        continue
+            kept.append(group)
+        if kept:
+            hooks[event] = kept
+        else:
+            del hooks[event]
+
+
+def hooks_added(content: bytes | None, path: Path, command: str) -> bytes | None:
+    data = _json_object(content, path)
+    hooks = data.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise SetupError(f"{path}: \"hooks\" is not an object; setup will not touch it")
+    wanted = copy.deepcopy(hooks)
+    _without_our_hooks(wanted)
+    for event in HOOK_EVENTS:
+        groups = wanted.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise SetupError(f"{path}: hooks.{event} is not a list; setup will not touch it")
+        group: dict[str, Any] = {"matcher": "*"} if event in TOOL_EVENTS else {}
+        groups.append(group | {"hooks": [{"type": "command", "command": command}]})
+    if wanted == hooks:
+        return content
+    return _dump_json(data | {"hooks": wanted})
+
+
+def hooks_removed(content: bytes | None, path: Path) -> bytes | None:
+    data = _json_object(content, path)
+    hooks = data.get("hooks")
+    if not isinstance(hooks, dict):
+        return content
+    left = copy.deepcopy(hooks)
+    _without_our_hooks(left)
+    if left == hooks:
+        return content
+    if left:
+        data["hooks"] = left
+    else:
+        del data["hooks"]
+    return _dump_json(data)
+
+
+def server_added(content: bytes | None, path: Path, server: dict[str, Any]) -> bytes | None:
+    data = _json_object(content, path)
+    servers = data.get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise SetupError(f"{path}: \"mcpServers\" is not an object; setup will not touch it")
+    if servers.get(SERVER) == server:
+        return content
+    data["mcpServers"] = servers | {SERVER: server}
+    return _dump_json(data)
+
+
+def server_removed(content: bytes | None, path: Path) -> bytes | None:
+    data = _json_object(content, path)
+    servers = data.get("mcpServers")
+    if not isinstance(servers, dict) or SERVER not in servers:
+        return content
+    del servers[SERVER]
+    return _dump_json(data)
+
+
+# -- Codex's TOML, edited as text ----------------------------------------------------------------
+
+_HEADER: Final = re.compile(r"""^[ \t]*\[[ \t]*mcp_servers[ \t]*\.[ \t]*(?:neverest|"neverest"|'neverest')[ \t]*\]"""
+                            r"""[ \t]*(?:#.*)?$""", re.MULTILINE)
+_ANY_HEADER: Final = re.compile(r"^[ \t]*\[", re.MULTILINE)
+
+
+def _toml_string(value: str) -> str:
+    out = ['"']
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return "".join(out) + '"'
+
+
+def _toml(content: bytes | None, path: Path) -> tuple[str, dict[str, Any]]:
+    try:
+        text = (content or b"").decode("utf-8")
+        return text, tomllib.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SetupError(f"{path} is not valid TOML ({exc}); fix it, then run setup again") from None
+
+
+def _block(text: str) -> tuple[int, int] | None:
+    """Where our table's text is: its header to the next table header."""
+    found = _HEADER.search(text)
+    if found is None:
+        return None
+    following = _ANY_HEADER.search(text, found.end())
+    return found.start(), following.start() if following else len(text)
+
+
+def codex_added(content: bytes | None, path: Path, command: str, args: list[str]) -> bytes | None:
+    text, data = _toml(content, path)
+    servers = data.get("mcp_servers", {})
+    if isinstance(servers, dict) and servers.get(SERVER) == {"command": command, "args": args}:
+        return content
+    table = (f"[mcp_servers.{SERVER}]\ncommand = {_toml_string(command)}\n"
+             f"args = [{', '.join(_toml_string(a) for a in args)}]\n")
+    where = _block(text)
+    if where is not None:
+        new = text[:where[0]] + table + ("\n" if where[1] < len(text) else "") + text[where[1]:]
+    elif isinstance(servers, dict) and SERVER in servers:
+        raise SetupError(f"{path} defines mcp_servers.{SERVER} other than as a [mcp_servers.{SERVER}] table; "
+                         "remove it or write it as that table, then run setup again")
+    else:
+        new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + table
+    expected = copy.deepcopy(data)
+    expected.setdefault("mcp_servers", {})[SERVER] = {"command": command, "args": args}
+    _, parsed = _toml(new.encode("utf-8"), path)
+    if parsed != expected:  # the text edit must change our table and nothing else
+        raise SetupError(f"{path}: the [mcp_servers.{SERVER}] table could not be replaced without touching "
+                         "other keys; edit it by hand")
+    return new.encode("utf-8")
+
+
+def codex_removed(content: bytes | None, path: Path) -> bytes | None:
+    text, _ = _toml(content, path)
+    where = _block(text)
+    if where is None:
+        return content
+    before = text[:where[0]]
+    if where[1] == len(text) and before.endswith("\n\n"):
+        before = before[:-1]  # the blank line setup put before the table it appended
+    return (before + text[where[1]:]).encode("utf-8")
+
+
+# -- the daemon's unit ------------------------------------------------------------------------------
+
+
+def _systemd_arg(arg: str) -> str:
+    if arg and not re.search(r"[\s\"'\\$%;]", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%") + '"'
+
+
+def unit_text(daemon: tuple[str, ...]) -> bytes:
+    return (
+        "[Unit]\n"
+        "Description=Neverest: the memory of this machine's coding agents\n"
+        "After=network-online.target\n\n"
+        "[Service]\n"
+        f"ExecStart={' '.join(_systemd_arg(a) for a in daemon)}\n"
+        "Restart=on-failure\n"
+        "RestartSec=5\n\n"
+        "[Install]\n"
+        "WantedBy=default.target\n").encode()
+
+
+# -- planning, applying, undoing -----------------------------------------------------------------
+
+
+@dataclass
+class Change:
+    path: Path
+    kind: str  # which remover undoes it: claude-settings, claude-config, codex-config, unit
+    what: str
+    content: bytes
+
+
+@dataclass
+class Plan:
+    changes: list[Change] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _target(path: Path) -> Path:
+    """A symlinked file (a dotfiles manager's) is changed where it points, and stays a link."""
+    return path.resolve() if path.is_symlink() else path
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def plan(env: Environment) -> Plan:
+    """What setup would change; raises SetupError before anything is written."""
+    out = Plan()
+
+    def consider(path: Path, kind: str, what: str, change: Callable[[bytes | None, Path], bytes | None]) -> None:
+        path = _target(path)
+        old = _read(path)
+        new = change(old, path)
+        if new is None or new == old:
+            out.unchanged.append(f"{path}: {what}")
+        else:
+            out.changes.append(Change(path, kind, what, new))
+
+    if env.claude:
+        command = shlex.join([*env.ctl, "hook"])
+        consider(env.claude_dir / "settings.json", "claude-settings",
+                 f"hooks {', '.join(HOOK_EVENTS)} run `{command}`",
+                 lambda c, p: hooks_added(c, p, command))
+        server = {"type": "stdio", "command": env.ctl[0], "args": [*env.ctl[1:], "mcp"], "env": {}}
+        consider(env.claude_json, "claude-config", f"MCP server {SERVER!r} (user scope) runs "
+                 f"`{shlex.join([*env.ctl, 'mcp'])}`", lambda c, p: server_added(c, p, server))
+    else:
+        out.notes.append("Claude Code: not found (no ~/.claude, ~/.claude.json or `claude` on the PATH)")
+    if env.codex:
+        consider(env.codex_home / "config.toml", "codex-config",
+                 f"[mcp_servers.{SERVER}] runs `{shlex.join([*env.ctl, 'mcp'])}`",
+                 lambda c, p: codex_added(c, p, env.ctl[0], [*env.ctl[1:], "mcp"]))
+    else:
+        out.notes.append("Codex CLI: not found (no $CODEX_HOME, ~/.codex or `codex` on the PATH)")
+    unit = unit_text(env.daemon)
+    unit_path = env.config_home / "systemd" / "user" / UNIT_NAME
+    if env.systemd:
+        consider(unit_path, "unit", "systemd user unit for neverestd", lambda c, p: unit)
+        out.notes.append(f"to start the daemon now and at every login: {ENABLE_HINT}")
+    else:
+        out.notes.append(f"systemd is not running here: start `{shlex.join(env.daemon)}` your own way; "
+                         f"with systemd, this unit goes in {unit_path}:\n{unit.decode()}")
+    return out
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _load_manifest(backups: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((backups / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return {"files": {}}
+    except ValueError as exc:
+        raise SetupError(f"{backups / MANIFEST} is damaged ({exc}); the backups next to it are the "
+                         "original files") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        raise SetupError(f"{backups / MANIFEST} is damaged; the backups next to it are the original files")
+    return data
+
+
+def apply(env: Environment, todo: Plan) -> None:
+    """Write the planned changes, keeping each file's original the first time it changes."""
+    if not todo.changes:
+        return
+    env.backups.mkdir(mode=0o700, exist_ok=True)
+    manifest = _load_manifest(env.backups)
+    for change in todo.changes:
+        key = os.fspath(change.path)
+        old = _read(change.path)
+        entry = manifest["files"].get(key)
+        if entry is None:
+            entry = {"kind": change.kind, "existed": old is not None, "backup": None, "mode": 0o600}
+            if old is not None:
+                entry["mode"] = stat.S_IMODE(change.path.stat().st_mode)
+                entry["backup"] = f"{len(manifest['files'])}-{change.path.name}"
+                atomic_write(env.backups / entry["backup"], old)
+            else:
+                entry["mode"] = 0o644 if change.kind == "unit" else 0o600
+            manifest["files"][key] = entry
+            atomic_write(env.backups / MANIFEST, _dump_json(manifest))  # the backup is known before the change
+        mode = stat.S_IMODE(change.path.stat().st_mode) if old is not None else entry["mode"]
+        change.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(change.path, change.content, mode=mode)
+        entry["written"] = _sha(change.content)
+        atomic_write(env.backups / MANIFEST, _dump_json(manifest))
+
+
+_REMOVERS: Final[dict[str, Callable[[bytes | None, Path], bytes | None]]] = {
+    "claude-settings": hooks_removed, "claude-config": server_removed, "codex-config": codex_removed,
+}
+
+
+def undo(env: Environment, *, dry_run: bool = False) -> list[dict[str, str]]:
+    """Each file setup changed put back; what was done to each."""
+    manifest = _load_manifest(env.backups)
+    done: list[dict[str, str]] = []
+    for key, entry in manifest["files"].items():
+        path = Path(key)
+        current = _read(path)
+        if current is not None and _sha(current) == entry.get("written"):
+            if entry["existed"]:
+                original = (env.backups / entry["backup"]).read_bytes()
+                action = "restored byte for byte"
+                if not dry_run:
+                    atomic_write(path, original, mode=int(entry["mode"]))
+            else:
+                action = "removed (setup made it)"
+                if not dry_run:
+                    path.unlink()
+        elif current is None:
+            action = "already gone"
+        elif entry["kind"] in _REMOVERS:
+            new = _REMOVERS[entry["kind"]](current, path)
+            action = "changed since setup: only Neverest's entries removed, the rest kept"
+            if new != current and new is not None and not dry_run:
+                atomic_write(path, new, mode=stat.S_IMODE(path.stat().st_mode))
+        else:
+            action = "changed since setup: left as it is"
+        done.append({"file": key, "action": action})
+    if not dry_run:
+        for entry in manifest["files"].values():
+            if entry.get("backup"):
+                (env.backups / entry["backup"]).unlink(missing_ok=True)
+        (env.backups / MANIFEST).unlink(missing_ok=True)
+        if env.backups.is_dir() and not any(env.backups.iterdir()):
+            env.backups.rmdir()
+    return done
