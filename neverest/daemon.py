@@ -39,6 +39,7 @@ from neverest.services.control import ControlOps, serve_control
 from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
 from neverest.services.gossip import GossipService, make_app, serve_listener, serve_rounds
 from neverest.services.inbox import serve_inbox
+from neverest.services.ingest import serve_ingest
 from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.nightly import next_sleep, serve_nightly
 from neverest.services.state import DaemonState, MemoryWorker, serve_settle
@@ -66,6 +67,8 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             log.info("control socket %s", path)
             await nursery.start(serve_settle, state)
             await nursery.start(serve_inbox, state)
+            if config.ingest_every_s > 0:
+                await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             await nursery.start(serve_rounds, gossip)
             await add_static_peers(state, config.peers)

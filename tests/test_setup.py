@@ -78,13 +78,14 @@ def test_setup_merges_without_losing_a_key_or_a_comment(machine: Path) -> None:
     apply(env, plan(env))
     settings = json.loads((machine / ".claude" / "settings.json").read_bytes())
     assert settings["model"] == "opus" and settings["permissions"] == {"allow": ["Bash(ls:*)"]}
-    command = shlex.join([*env.ctl, "hook"])
+    command = shlex.join(env.hook)  # neverest-hook: the hook's fast entry point
     for event in ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"):
         commands = [h["command"] for group in settings["hooks"][event] for h in group["hooks"]]
         assert command in commands
     assert settings["hooks"]["PreToolUse"][0] == {"matcher": "Bash", "hooks": [
         {"type": "command", "command": "~/bin/guard.sh"}]}  # the person's own hook stays first
-    assert shlex.split(command)[-3:] == ["--home", os.environ["NEVEREST_HOME"], "hook"]
+    assert shlex.split(command)[-2:] == ["--home", os.environ["NEVEREST_HOME"]]
+    assert Path(shlex.split(command)[0]).name == "neverest-hook" or "neverest.agents.hook" in command
     assert Path(shlex.split(command)[0]).is_absolute()
 
     claude = json.loads((machine / ".claude.json").read_bytes())

@@ -499,13 +499,25 @@ def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: b
                       ensure_ascii=False)
 
 
-def _holdout(value: float | None) -> float:
+def _holdout(value: float | None, home: Path) -> float:
+    """The flag, else $NEVEREST_HOLDOUT, else the home's config.toml ``holdout``, else the default."""
     if value is None:
         text = os.environ.get(HOLDOUT_ENV)
-        value = float(text) if text else DEFAULT_HOLDOUT
+        value = float(text) if text else _configured_holdout(home)
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"holdout {value} is not a fraction between 0 and 1")
     return value
+
+
+def _configured_holdout(home: Path) -> float:
+    import tomllib  # small, and only read when neither the flag nor the environment says
+
+    try:
+        with open(home / "config.toml", "rb") as f:
+            value = tomllib.load(f).get("holdout", DEFAULT_HOLDOUT)
+    except FileNotFoundError:
+        return DEFAULT_HOLDOUT
+    return float(value)
 
 
 def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: float | None,
@@ -521,7 +533,8 @@ def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: fl
         raw = stdin.read(MAX_INPUT_BYTES + 1)
         if len(raw) > MAX_INPUT_BYTES:
             raise Skip(f"input over {MAX_INPUT_BYTES} bytes")
-        out = respond(raw, resolve_home(home_flag), holdout=_holdout(holdout), deadline=deadline, close=close)
+        home = resolve_home(home_flag)
+        out = respond(raw, home, holdout=_holdout(holdout, home), deadline=deadline, close=close)
         if out:
             stdout.write(out + "\n")
             stdout.flush()

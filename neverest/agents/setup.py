@@ -3,7 +3,7 @@
 ``neverestctl setup`` finds the agents installed and changes their configuration files:
 
 - Claude Code: the hooks (SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop) in
-  ``~/.claude/settings.json``, each running ``neverestctl hook``; the MCP server
+  ``~/.claude/settings.json``, each running ``neverest-hook``; the MCP server
   (``neverestctl mcp``) among the user's servers, ``mcpServers`` in ``~/.claude.json`` (where
   ``claude mcp add --scope user`` writes them);
 - Codex CLI: the MCP server as the table ``[mcp_servers.neverest]`` of ``$CODEX_HOME/config.toml``,
@@ -61,6 +61,7 @@ class Environment:
     config_home: Path  # $XDG_CONFIG_HOME, else ~/.config
     backups: Path  # the Neverest home's setup folder
     ctl: tuple[str, ...]  # argv of neverestctl (with --home when one is pinned)
+    hook: tuple[str, ...]  # argv of neverest-hook: the hook without loading the rest of neverestctl (it runs often)
     daemon: tuple[str, ...]  # argv of neverestd
     claude: bool
     codex: bool
@@ -81,6 +82,7 @@ class Environment:
             home=home, claude_dir=claude_dir, claude_json=claude_json, codex_home=codex_home,
             config_home=config_home, backups=neverest_home / SETUP_DIR,
             ctl=(*_program("neverestctl", "neverest.ctl", path), *pin),
+            hook=(*_program("neverest-hook", "neverest.agents.hook", path), *pin),
             daemon=(*_program("neverestd", "neverest.daemon", path), *pin),
             claude=claude_dir.is_dir() or claude_json.is_file()
             or shutil.which("claude", path=path) is not None,
@@ -127,6 +129,8 @@ def _is_our_hook(entry: object) -> bool:
         argv = shlex.split(entry["command"])
     except ValueError:
         return False
+    if any(Path(a).name == "neverest-hook" or a == "neverest.agents.hook" for a in argv):
+        return True
     return bool(argv) and argv[-1] == "hook" and any(
         Path(a).name == "neverestctl" or a == "neverest.ctl" for a in argv)
 
@@ -342,7 +346,7 @@ def plan(env: Environment) -> Plan:
             out.changes.append(Change(path, kind, what, new))
 
     if env.claude:
-        command = shlex.join([*env.ctl, "hook"])
+        command = shlex.join(env.hook)
         consider(env.claude_dir / "settings.json", "claude-settings",
                  f"hooks {', '.join(HOOK_EVENTS)} run `{command}`",
                  lambda c, p: hooks_added(c, p, command))

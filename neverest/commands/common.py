@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from neverest.agents.doors import render_for_agents
 from neverest.clock import clock_from_env
 from neverest.config import load_config
 from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
@@ -41,7 +42,7 @@ def open_memory(args: argparse.Namespace) -> Memory:
         clock = clock_from_env()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return Memory.open(home, load_config(home), clock)
+    return Memory.open(home, load_config(home), clock, renderers=(render_for_agents,))
 
 
 def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = 600.0

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from neverest.agents.doors import ingest_agents
 from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
 from neverest.memory import holdings
 from neverest.memory.render import lesson_rows
@@ -90,7 +91,8 @@ def cmd_sleep(args: argparse.Namespace) -> int:
         report = answer["report"]
     else:
         with open_memory(args) as memory:
-            report = memory.night(configured(memory.config))
+            ingested = ingest_agents(memory)  # the agents' latest sessions count tonight, as the daemon does
+            report = memory.night(configured(memory.config)) | {"ingest": ingested}
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0

@@ -24,7 +24,7 @@ folder is optional: without one there is no inbox and nothing is rendered.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -78,9 +78,12 @@ class Memory:
     home: Path | None = None
     # The embedder, when the caller keeps one across memories (the daemon's worker); else made on first use.
     embedder_: Embedder | None = field(default=None, repr=False)
+    # Renders of the layers above (the agents' memory files) run after this memory's own, in this order.
+    renderers: tuple[Callable[[Memory], object], ...] = ()
 
     @classmethod
-    def open(cls, home: Path, config: Config, clock: Clock, *, embedder: Embedder | None = None) -> Memory:
+    def open(cls, home: Path, config: Config, clock: Clock, *, embedder: Embedder | None = None,
+             renderers: tuple[Callable[[Memory], object], ...] = ()) -> Memory:
         """The memory whose store and key live in ``home``."""
         store = open_store(home, busy_timeout_s=config.busy_timeout_s)
         try:
@@ -88,7 +91,7 @@ class Memory:
         except BaseException:
             store.close()
             raise
-        return cls(store, identity, config, clock, home, embedder)
+        return cls(store, identity, config, clock, home, embedder, renderers)
 
     def close(self) -> None:
         self.store.close()
@@ -162,6 +165,8 @@ class Memory:
     def render(self) -> None:
         if self.home is not None:
             render(self.store, self.home, self.identity.origin)
+            for extra in self.renderers:
+                extra(self)
 
     # -- the owner's writes ------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import trio
 from neverest.config import Config, sleep_time
 from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
+from neverest.services.ingest import ingest_now
 from neverest.services.state import DaemonState
 from neverest.transports.adapters import configured
 
@@ -32,11 +33,13 @@ def next_sleep(now: datetime, config: Config) -> datetime:
 async def night(state: DaemonState) -> dict[str, Any]:
     """One night now: the memory service's night with the configured transports."""
     transports = configured(state.config)
+    ingested = await ingest_now(state)  # the agents' latest sessions count tonight
 
     def run(memory: Memory) -> dict[str, Any]:
         return memory.night(transports)
 
     out = await state.worker.write(run)
+    out["ingest"] = ingested
     state.last_night = out
     return out
 

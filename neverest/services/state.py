@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from neverest.agents.doors import render_for_agents
 from neverest.clock import Clock
 from neverest.config import Config
 from neverest.identity import Identity
@@ -37,7 +38,8 @@ class MemoryWorker:
         self._embedder: Embedder = load_embedder(config.embed_url or None, config.embed_model or None)
 
     def _call(self, fn: Callable[[Memory], T]) -> T:
-        with Memory.open(self.home, self.config, self.clock, embedder=self._embedder) as memory:
+        with Memory.open(self.home, self.config, self.clock, embedder=self._embedder,
+                         renderers=(render_for_agents,)) as memory:
             return fn(memory)
 
     async def write(self, fn: Callable[[Memory], T]) -> T:

@@ -1,0 +1,52 @@
+"""The agents' doors as the daemon and the CLI run them: where the agents' files are (from the config),
+the transcripts read into the memory, and the agent-facing renders that follow the memory's own."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from neverest.agents.ingest import default_codex_dir, ingest_transcripts
+from neverest.agents.measure import last_day_summary
+from neverest.agents.memory_file import claude_projects_dir, render_agent_memory
+from neverest.config import Config
+from neverest.files import atomic_write
+from neverest.memory.render import MORNING_MD
+from neverest.memory.service import Memory
+
+log = logging.getLogger("neverest.agents")
+
+
+def claude_dir(config: Config) -> Path:
+    """Claude Code's projects folder: ``claude_dir``, else ``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``."""
+    return Path(config.claude_dir).expanduser() if config.claude_dir else claude_projects_dir()
+
+
+def codex_dir(config: Config) -> Path:
+    """Codex's sessions folder: ``codex_dir``, else ``$CODEX_HOME/sessions`` or ``~/.codex/sessions``."""
+    return Path(config.codex_dir).expanduser() if config.codex_dir else default_codex_dir()
+
+
+def ingest_agents(memory: Memory) -> dict[str, Any]:
+    """What is new in the agents' session files, into the memory (every ingest_every_s, and before a night)."""
+    return ingest_transcripts(memory, claude=claude_dir(memory.config), codex=codex_dir(memory.config)).to_json()
+
+
+def render_for_agents(memory: Memory) -> None:
+    """After the memory's own renders: each project's section of Claude Code's MEMORY.md, and the last day's
+    measure at the end of the morning report."""
+    try:
+        render_agent_memory(memory, claude_projects=claude_dir(memory.config))
+    except OSError as exc:  # the agent's folder is not writable: the memory's own renders stand
+        log.warning("Claude Code's memory files: %s", exc)
+    if memory.home is None:
+        return
+    morning = memory.home / MORNING_MD
+    try:
+        text = morning.read_text(encoding="utf-8")
+    except OSError:
+        return
+    atomic_write(morning, (text.rstrip("\n") + "\n" + last_day_summary(memory) + "\n").encode("utf-8"),
+                 mode=0o600 if os.name == "posix" else 0o644)

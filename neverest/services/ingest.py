@@ -1,0 +1,34 @@
+"""The agents' session files read into the memory every ``ingest_every_s`` (0: only before each night)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from neverest.agents.doors import ingest_agents
+from neverest.memory.store import StoreError
+from neverest.services.state import DaemonState
+
+log = logging.getLogger("neverestd.ingest")
+
+
+async def ingest_now(state: DaemonState) -> dict[str, Any] | None:
+    """One pass over the agents' session files; None when the store was busy (the next pass catches up)."""
+    try:
+        report = await state.worker.write(ingest_agents)
+    except StoreError as exc:
+        log.warning("ingest: %s", exc)
+        return None
+    if report["stored"]:
+        log.info("ingest: %d new event(s) from the agents' sessions", report["stored"])
+    return report
+
+
+async def serve_ingest(state: DaemonState, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                       ) -> None:
+    task_status.started()
+    while True:
+        await ingest_now(state)
+        await trio.sleep(state.config.ingest_every_s)
