@@ -90,11 +90,11 @@ def test_injected_against_held_out_sessions(home: Path, monkeypatch: pytest.Monk
                                             capsys: pytest.CaptureFixture[str]) -> None:
     _day_store(home, monkeypatch)
     with Memory.open(home, Config(), FixedClock(DAY3)) as memory, memory.store.write() as db:
-        # The table the hooks make (schema v4), made by hand here.
-        db.execute("CREATE TABLE injections (session_id TEXT, lesson_hash TEXT, event TEXT, at TEXT, "
-                   "held_out INTEGER)")
-        db.execute("INSERT INTO injections VALUES ('inj', 'h1', 'SessionStart', ?, 0)", (iso(DAY2),))
-        db.execute("INSERT INTO injections VALUES ('held', '', 'SessionStart', ?, 1)", (iso(DAY2),))
+        # What the hook logs (schema v4): the sessions it saw, held out or not.
+        db.execute("INSERT INTO hook_sessions (session, held_out, cwd, first) VALUES ('inj', 0, '', ?)",
+                   (iso(DAY2),))
+        db.execute("INSERT INTO hook_sessions (session, held_out, cwd, first) VALUES ('held', 1, '', ?)",
+                   (iso(DAY2),))
     result = _measure(monkeypatch, capsys)
     second = result["days"][1]  # type: ignore[index]
     assert second["injected"] == {"corrections": 1, "repeat_rate": 1.0, "errors": 1, "repeated_error_rate": 0.0}

@@ -165,7 +165,7 @@ def measure(memory: Memory, *, days: int, until: date | None = None) -> dict[str
         "days": [{"day": d.isoformat()} | v.to_json() for d, v in sorted(by_day.items())],
         "total": {"from": first.isoformat(), "to": last.isoformat()} | total.to_json(),
         "split": "available" if split is not None else
-        "unavailable: this store has no log of injected and held-out sessions (the hooks write it)",
+        "unavailable: the hooks have seen no session yet (`neverestctl setup` wires them)",
     }
 
 

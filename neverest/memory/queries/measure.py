@@ -44,13 +44,12 @@ def resolved_predictions(db: sqlite3.Connection, since: str) -> list[tuple[str, 
 
 
 def injection_sessions(db: sqlite3.Connection) -> tuple[set[str], set[str]] | None:
-    """(sessions that got lessons injected, sessions held out), or None when the store has no
-    ``injections`` table with the columns read (a store older than the hooks)."""
-    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(injections)")}
-    if not {"session_id", "held_out"} <= columns:
-        return None
+    """(sessions the hook gave lessons to, sessions it held out), from the hook's ``hook_sessions`` log;
+    None when no session was seen by the hook yet (nothing to compare)."""
     injected: set[str] = set()
     held_out: set[str] = set()
-    for session, held in db.execute("SELECT DISTINCT session_id, held_out FROM injections"):
+    for session, held in db.execute("SELECT session, held_out FROM hook_sessions"):
         (held_out if held else injected).add(str(session))
-    return injected - held_out, held_out
+    if not injected and not held_out:
+        return None
+    return injected, held_out
