@@ -8,16 +8,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from neverest.clock import clock_from_env
-from neverest.commands.common import UsageError, home_of
+from neverest.commands.common import clock_of_env, home_of
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    home = home_of(args)
-    try:
-        clock = clock_from_env()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    home, clock = home_of(args), clock_of_env()
     from neverest.agents.mcp_server import run  # the SDK and pydantic: only for this command
 
     run(home, clock)

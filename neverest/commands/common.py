@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import render_for_agents
-from neverest.clock import clock_from_env
+from neverest.clock import Clock, clock_from_env
 from neverest.config import load_config
 from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.memory.service import Memory
@@ -36,13 +36,17 @@ def home_of(args: argparse.Namespace) -> Path:
         raise UsageError(str(exc)) from None
 
 
-def open_memory(args: argparse.Namespace) -> Memory:
-    home = home_of(args)
+def clock_of_env() -> Clock:
+    """The clock, pinned by NEVEREST_NOW when set; a bad NEVEREST_NOW is a usage error."""
     try:
-        clock = clock_from_env()
+        return clock_from_env()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return Memory.open(home, load_config(home), clock, renderers=(render_for_agents,))
+
+
+def open_memory(args: argparse.Namespace) -> Memory:
+    home = home_of(args)
+    return Memory.open(home, load_config(home), clock_of_env(), renderers=(render_for_agents,))
 
 
 def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = 600.0
