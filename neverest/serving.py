@@ -25,6 +25,15 @@ async def lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+async def handled_by_server(scope: dict[str, Any], receive: Receive, send: Send) -> bool:
+    """Whether ``scope`` is not an HTTP request and was dealt with here (lifespan answered, others
+    ignored): what every app of these servers does before its own routing."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return True
+    return bool(scope["type"] != "http")
+
+
 async def serve_asgi(app: Any, listen: str, *, logger: str,
                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled;

@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
+from neverest.control import DAEMON_KEYS
 from neverest.peers import table as peer_table
-from neverest.services.status import DAEMON_KEYS
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -34,7 +34,7 @@ import httpx
 import trio
 
 from neverest import httpclient
-from neverest.serving import lifespan, serve_asgi
+from neverest.serving import handled_by_server, serve_asgi
 
 EXCHANGE_PATH: Final = "/gossip/v1/exchange"
 HEALTH_PATH: Final = "/healthz"
@@ -70,10 +70,7 @@ class GossipApp:
     metrics: Metrics | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if await handled_by_server(scope, receive, send):
             return
         if scope["path"] == HEALTH_PATH or (scope["path"] == METRICS_PATH and self.metrics is not None):
             await self._observe(scope, send)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Final
+from typing import Any
 
 from neverest import __version__
 from neverest.clock import iso
@@ -14,10 +14,6 @@ from neverest.metrics import peer_health, render_metrics, snapshot_from_status
 from neverest.peers import table as peer_table
 from neverest.services.nightly import next_sleep
 from neverest.services.state import DaemonState
-
-# The keys of a status answer that only a running daemon knows.
-DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "peers", "last_round", "exchanges",
-                      "warnings")
 
 
 async def daemon_status(state: DaemonState) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import trio
 
 from neverest.clock import Clock, SystemClock
 from neverest.files import atomic_write
-from neverest.serving import lifespan, serve_asgi
+from neverest.serving import handled_by_server, serve_asgi
 from neverest.transports.commons_auth import (
     CommonsServerError,
     FailureLimiter,
@@ -184,10 +184,7 @@ class CommonsApp:
     # -- ASGI entry --------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if await handled_by_server(scope, receive, send):
             return
         headers = _headers(scope)
         host = client_address(scope, headers, self.limits.trusted_proxies)
