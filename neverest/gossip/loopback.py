@@ -135,10 +135,19 @@ class MemoryView:
         self._known: dict[str, dict[int, list[bytes]]] = {}  # origin → seq → [kept, evidence...]
         self._entries: dict[str, Entry] = {}
         self._index = RangeIndex()
+        self._digest: Digest | None = None  # made when revision 1 asks, kept until a change
 
     def assume(self, origin: str, entry: Entry) -> None:
         self._entries[origin] = entry
         self._index.set(origin, entry)
+        self._digest = None
+
+    def drop(self, origin: str) -> None:
+        """Forget an origin: its records and its entry."""
+        self._known.pop(origin, None)
+        self._entries.pop(origin, None)
+        self._index.set(origin, None)
+        self._digest = None
 
     def put(self, raw: bytes) -> str:
         """Hold a record: 'new', 'duplicate' or 'fork' (another record at the same origin and seq)."""
@@ -153,7 +162,9 @@ class MemoryView:
         return outcome
 
     def digest(self) -> Digest:
-        return Digest(self._entries)
+        if self._digest is None:
+            self._digest = Digest(self._entries)
+        return self._digest
 
     def entry(self, origin: str) -> Entry | None:
         return self._entries.get(origin)
