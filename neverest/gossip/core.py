@@ -22,7 +22,11 @@ origin's history with a hole in it (the folder carries only current records, so 
 leave out superseded ones) is relayed by gossip up to the hole; peers get the rest from
 memories that hold it.
 
-**The exchange** (PROTOCOL.md §11), one HTTP POST per round trip::
+**The exchange** (PROTOCOL.md §11), one HTTP POST per round trip.  Revision 2 (SYNC with
+``"w": 2``, the default; reconcile.py) compares fingerprints of ranges of the digests and
+sends only the entries of the ranges that differ; a responder answers a SYNC without
+``"w"`` as revision 1 always did, and an initiator with ``Settings(reconcile=False)`` is a
+revision-1 peer.  Revision 1, which sends whole digests::
 
     initiator                                        responder
     SYNC {f: fingerprint, d: digest if ≤ 16 origins}  ──▶
@@ -45,8 +49,8 @@ to the old origin with the same signed refusal, and the initiator starts again, 
 addressed to the new one (the caller re-keys the address).
 
 **Addresses** (PROTOCOL.md, "Peers learned from peers").  SYNC may carry the initiator's
-list of peer addresses it found healthy and the port it listens on; IN_SYNC and DIGEST may
-carry the responder's list.  Each side leaves out the addresses of the origin it talks to.
+list of peer addresses it found healthy and the port it listens on; IN_SYNC, DIGEST and the
+first RECON may carry the responder's list.  Each side leaves out the addresses of the origin it talks to.
 What a peer shared ends up in ``ExchangeResult.addresses`` (and the port in
 ``listen_port``), for the caller to weigh: the logic here trusts none of it.
 
