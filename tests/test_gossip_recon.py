@@ -464,3 +464,75 @@ def test_recon_and_sync_revision_round_trip() -> None:
     assert codec.decode_body(MessageType.SYNC, codec.encode_body(sync)) == sync
     # Without a revision, SYNC is byte for byte what revision 1 sends.
     assert codec.encode_body(codec.Sync(bytes(16))) == msgpack.packb({"f": bytes(16)}, use_bin_type=True)
+
+
+_any_value = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.binary(max_size=40),
+                          lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.sampled_from("nexrmo"), inner,
+                                                                                       max_size=4), max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.dictionaries(st.sampled_from(["n", "e", "x", "r", "m", "p"]), _any_value, max_size=6))
+def test_any_recon_body_is_read_or_refused_as_the_peers_fault(body: dict[str, object]) -> None:
+    data = bytes(msgpack.packb(body, use_bin_type=True))
+    try:
+        codec.decode_body(MessageType.RECON, data)
+    except ProtocolError as exc:
+        assert exc.who == "remote"
+
+
+_node_st = st.tuples(st.integers(0, 64), st.integers(0, 2**64 - 1), st.integers(1, 6), st.booleans())
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw=st.lists(_node_st, max_size=12), seed=st.integers(0, 1000))
+def test_a_responder_answers_any_well_formed_ranges(raw: list[tuple[int, int, int, bool]], seed: int) -> None:
+    b, _, _ = shared(300, seed=seed)
+    nodes: list[codec.Node] = []
+    end = 0
+    for bits, point, width, split in sorted(raw, key=lambda n: n[1]):
+        prefix = point >> (64 - bits) if bits else 0
+        if prefix << (64 - bits) < end:
+            continue
+        end = (prefix + 1) << (64 - bits)
+        if split and bits + width <= 64:
+            nodes.append(Split(bits, prefix, width, random.Random(seed).randbytes(8 << width)))
+        else:
+            inside = {o: e for o, e in b.index().items(bits, prefix)[:3]}
+            nodes.append(Items(bits, prefix, Digest({o: (s + 1, h) for o, (s, h) in inside.items()})))
+    request = _sign(A_KEY, MessageType.RECON, codec.encode_body(Recon(tuple(nodes))), to=B, nonce=b"\x02" * 16)
+    reply = Responder(b, B_KEY).respond(request, now=NOW, rng=random.Random(seed))
+    assert reply.data is not None and reply.result.error is None, reply.result.error
+    envelope = codec.decode(reply.data)
+    assert envelope.type is MessageType.RECON
+    codec.decode_body(envelope.type, envelope.body)  # what it sends, it could read
+
+
+class _NoDigest(MemoryView):
+    def digest(self) -> Digest:
+        raise AssertionError("revision 2 must not read a whole digest")
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_reconciliation_never_reads_a_whole_digest(inline: bool) -> None:
+    a, b = _NoDigest(), _NoDigest()
+    for view, origins in ((a, range(0, 30)), (b, range(10, 40))):
+        for i in origins:
+            view.put(synthetic(f"{i * 0x0500000000000000 + i:016x}", 1))
+    tuning = Settings(inline_digest_origins=100 if inline else 0)
+    for seed in range(3):
+        result = exchange(a, b, seed=seed, initiator=tuning, responder=tuning)
+        assert result.error is None, result.error
+    assert result.in_sync and a.index().root == b.index().root
+
+
+def test_a_newcomer_gets_records_not_a_whole_digest() -> None:
+    _, b, _ = shared(10_000, seed=9)
+    for i in range(30):
+        b.put(synthetic(f"{i:02x}{'0' * 14}", 1))
+    a = MemoryView()
+    wire: list[bytes] = []
+    result = exchange(a, b, wire=wire)
+    assert result.error is None and result.round_trips == 1 and result.records_received == 30
+    assert [codec.decode(m).type for m in wire] == [MessageType.SYNC, MessageType.RECON]
+    assert result.bytes_received - _record_bytes(wire) < 300  # no digest of 10 000 origins
