@@ -536,3 +536,17 @@ def test_a_newcomer_gets_records_not_a_whole_digest() -> None:
     assert result.error is None and result.round_trips == 1 and result.records_received == 30
     assert [codec.decode(m).type for m in wire] == [MessageType.SYNC, MessageType.RECON]
     assert result.bytes_received - _record_bytes(wire) < 300  # no digest of 10 000 origins
+
+
+def test_origins_ground_to_share_a_prefix_cost_round_trips_but_converge() -> None:
+    # 60 origins sharing 44 bits (keys ground for it) among 2 000 others; one record differs
+    # inside.  Ranges there are split by 2^6 on both sides: about 12 bits a round trip.
+    ground = [f"{'7' * 11}{(i * 0x4C1D5) & 0xFFFFF:05x}" for i in range(60)]
+    a, b, _ = shared(2_000, seed=10)
+    for view in (a, b):
+        for origin in ground:
+            view.put(synthetic(origin, 1))
+    b.put(synthetic(ground[7], 2))
+    result = exchange(a, b)
+    assert result.error is None and result.round_trips <= 6, result
+    assert same(a, b)

@@ -180,9 +180,12 @@ class RangeIndex:
 
     def children(self, bits: int, prefix: int, b: int) -> list[tuple[bytes, int]]:
         """(fingerprint, count) of the 2^b ranges ``(bits + b, prefix · 2^b + i)``, in order."""
+        return [(fingerprint_of(total, count), count) for total, count in self.child_sums(bits, prefix, b)]
+
+    def child_sums(self, bits: int, prefix: int, b: int) -> list[tuple[int, int]]:
+        """(sum of item hashes, count) of the 2^b ranges ``(bits + b, prefix · 2^b + i)``, in order."""
         if bits + b <= _LOW_BITS:
-            return [(fingerprint_of(*sc), sc[1]) for sc in
-                    (self._sum_count(bits + b, (prefix << b) | i) for i in range(1 << b))]
+            return [self._sum_count(bits + b, (prefix << b) | i) for i in range(1 << b)]
         # One pass over the entries under the range, by child.
         sums, counts = [0] * (1 << b), [0] * (1 << b)
         shift, mask = ORIGIN_BITS - bits - b, (1 << b) - 1
@@ -190,7 +193,7 @@ class RangeIndex:
             i = (int(origin, 16) >> shift) & mask
             sums[i] += h
             counts[i] += 1
-        return [(fingerprint_of(s, c), c) for s, c in zip(sums, counts, strict=True)]
+        return list(zip(sums, counts, strict=True))
 
     def items(self, bits: int, prefix: int) -> list[tuple[str, Entry]]:
         """The entries in the range, sorted by origin."""

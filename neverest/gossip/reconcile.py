@@ -63,7 +63,7 @@ from neverest.gossip.codec import (
     Recon,
     Split,
 )
-from neverest.gossip.ranges import ORIGIN_BITS, RangeIndex
+from neverest.gossip.ranges import ORIGIN_BITS, RangeIndex, fingerprint_of
 
 # A range of at most 48 entries goes as items (about 20 bytes each): listing it costs about
 # what one more split level would, and saves the round trip.
@@ -114,12 +114,25 @@ def split_bits(count: int, items_at_most: int = RANGE_ITEMS) -> int:
 
 
 def node_for(index: RangeIndex, bits: int, prefix: int, *, items_at_most: int = RANGE_ITEMS) -> Node:
-    """This memory's node for a range: its entries when few, else a split."""
+    """This memory's node for a range: its entries when few, else a split.
+
+    A range whose entries crowd into one of its 64 sub-ranges is split in 64 whatever its
+    count: origins are hashes, so crowding means keys ground to share a prefix, and each
+    level of splits costs a round trip.  Splitting by 2^6 there keeps 49 origins ground to a
+    48-bit prefix within MAX_ROUND_TRIPS (12 bits a round trip) where splits by their count
+    (2^2) would take 12 round trips."""
     count = index.count(bits, prefix)
     if count <= items_at_most or bits == ORIGIN_BITS:
         return Items(bits, prefix, Digest(dict(index.items(bits, prefix))))
-    b = min(split_bits(count, items_at_most), ORIGIN_BITS - bits)
-    return Split(bits, prefix, b, b"".join(fp[:CHILD_FP_BYTES] for fp, _ in index.children(bits, prefix, b)))
+    top = min(MAX_SPLIT_BITS, ORIGIN_BITS - bits)
+    fine = index.child_sums(bits, prefix, top)
+    b = min(split_bits(count, items_at_most), top)
+    if max(c for _, c in fine) > max(items_at_most, count // 4):
+        b = top
+    group = 1 << (top - b)
+    children = [fine[i:i + group] for i in range(0, len(fine), group)]
+    fingerprints = (fingerprint_of(sum(t for t, _ in part), sum(c for _, c in part)) for part in children)
+    return Split(bits, prefix, b, b"".join(fp[:CHILD_FP_BYTES] for fp in fingerprints))
 
 
 def _size(node: Node) -> tuple[int, int]:
