@@ -22,14 +22,25 @@ Bodies, by type (``?`` marks an optional key):
 t   name      sent by    body
 ==  ========  =========  ==================================================================
 1   SYNC      initiator  {"f": bin 16 fingerprint of its digest, "d"?: its digest,
-                          "p"?: addresses, "l"?: int its listening port}
+                          "p"?: addresses, "l"?: int its listening port,
+                          "w"?: int the revision it speaks (2: reconciliation)}
 2   IN_SYNC   responder  {"p"?: addresses}  (fingerprints equal: the exchange is over)
 3   DIGEST    responder  {"d": its digest, "r"?: records the initiator lacks, "m": bool,
                           "p"?: addresses}
 4   PUSH      initiator  {"d"?: its digest, "r": records the responder lacks}
 5   DELTA     responder  {"r": records the initiator lacks, "m": bool}
 6   REFUSED   responder  {"c": str code, "w": str message}  (ProtocolError codes below)
+7   RECON     both       {"n": [nodes], "e"?: a digest, "x"?: bin 8k origins, "r"?: records,
+                          "m"?: bool, "p"?: addresses}  (revision 2: reconcile.py)
 ==  ========  =========  ==================================================================
+
+Revision 2 (``"w": 2`` in SYNC, RECON) came without a version change: a reader of
+revision 1 ignores ``"w"`` and answers as before.  Its ranges, nodes and bounds are
+described in reconcile.py; a node is ``[bits, prefix, b, bin 8·2^b]`` (split: the first 8
+bytes of each child range's fingerprint, ranges.py) or ``[bits, prefix, digest]`` (items:
+the sender's entries in the range).  Nodes go in ascending order of range and do not
+overlap; a message holds at most ``MAX_NODES`` (512) of them, at most ``MAX_CHILDREN``
+(4 096) child fingerprints in all, and at most ``MAX_ORIGINS`` entries and origins in all.
 
 - a *digest* is ``{"o": bin 8n, "s": [n ints], "h": bin 8n}``: n origins as 8 raw bytes each,
   sorted strictly ascending (so there are no duplicates and the form is canonical), each
@@ -69,6 +80,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -95,6 +107,13 @@ MAX_TEXT: Final = 1024
 # A record bin costs its bytes plus at most 3 bytes of msgpack header (bin 16: records are
 # under 64 KiB); byte budgets count this so that a budget bounds the encoded size.
 RECORD_OVERHEAD: Final = 3
+
+# Revision 2 (reconciliation by ranges): bounds of one RECON message.
+RECONCILE: Final = 2
+MAX_NODES: Final = 512
+MAX_CHILDREN: Final = 4096  # child fingerprints in all split nodes: 32 KiB
+MAX_SPLIT_BITS: Final = 6  # a split node has 2 to 64 children
+CHILD_FP_BYTES: Final = 8
 
 FINGERPRINT_DOMAIN: Final = b"neverest-digest-v1\x00"
 NO_ORIGIN: Final = "0" * (2 * ORIGIN_BYTES)
@@ -123,6 +142,9 @@ CODES: Final = frozenset({
     "refused",            # the peer answered REFUSED (its code is in the message)
     "timeout",            # who "network": no complete answer in time
     "unreachable",        # who "network": nothing listening, a reset, a broken connection
+    "bad-range",          # a range out of bounds, overlapping, out of order, or not one that was asked about
+    "too-many-ranges",    # more than MAX_NODES ranges or MAX_CHILDREN child fingerprints in a message
+    "no-convergence",     # reconciliation still asking after MAX_ROUND_TRIPS round trips
 })
 
 
@@ -144,9 +166,10 @@ class MessageType(enum.IntEnum):
     PUSH = 4
     DELTA = 5
     REFUSED = 6
+    RECON = 7
 
 
-REQUESTS: Final = frozenset({MessageType.SYNC, MessageType.PUSH})
+REQUESTS: Final = frozenset({MessageType.SYNC, MessageType.PUSH, MessageType.RECON})
 
 Entry = tuple[int, bytes]  # (highest seq held, HASH_BYTES of that record's digest)
 
@@ -193,6 +216,7 @@ class Sync:
     digest: Digest | None = None
     addresses: tuple[str, ...] = ()
     listen_port: int | None = None
+    revision: int | None = None  # "w": None from a revision-1 peer
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,11 +250,51 @@ class Refused:
     message: str
 
 
-Body = Sync | InSync | DigestReply | Push | Delta | Refused
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A range whose fingerprint differed, split in 2^b: the first 8 bytes of each child's fingerprint."""
+
+    bits: int
+    prefix: int
+    b: int
+    fingerprints: bytes  # CHILD_FP_BYTES · 2^b
+
+    def child(self, i: int) -> tuple[int, int]:
+        return self.bits + self.b, (self.prefix << self.b) | i
+
+
+@dataclass(frozen=True, slots=True)
+class Items:
+    """A range's entries as the sender holds them."""
+
+    bits: int
+    prefix: int
+    entries: Digest
+
+
+Node = Split | Items
+
+
+@dataclass(frozen=True, slots=True)
+class Recon:
+    nodes: tuple[Node, ...] = ()
+    entries: Digest | None = None  # "e": the sender's entries where the receiver is ahead or differs
+    lacking: tuple[str, ...] = ()  # "x": origins the receiver named that the sender holds nothing of
+    records: tuple[bytes, ...] = ()
+    more: bool = False
+    addresses: tuple[str, ...] = ()
+
+    @property
+    def asks(self) -> bool:
+        """Whether the receiver must answer (nodes or entries to answer with records)."""
+        return bool(self.nodes or self.entries or self.lacking)
+
+
+Body = Sync | InSync | DigestReply | Push | Delta | Refused | Recon
 
 _TYPES: Final[dict[type[Any], MessageType]] = {
     Sync: MessageType.SYNC, InSync: MessageType.IN_SYNC, DigestReply: MessageType.DIGEST,
-    Push: MessageType.PUSH, Delta: MessageType.DELTA, Refused: MessageType.REFUSED,
+    Push: MessageType.PUSH, Delta: MessageType.DELTA, Refused: MessageType.REFUSED, Recon: MessageType.RECON,
 }
 
 
@@ -345,10 +409,13 @@ def decode(data: bytes) -> Envelope:
     )
 
 
-def _digest(obj: Mapping[str, Any]) -> Digest:
-    value = obj.get("d")
+def _digest(obj: Mapping[str, Any], key: str = "d") -> Digest:
+    return _digest_value(obj.get(key), f'"{key}"')
+
+
+def _digest_value(value: Any, what: str) -> Digest:
     if not isinstance(value, dict):
-        raise _remote("bad-field", '"d" must be a digest map')
+        raise _remote("bad-field", f"{what} must be a digest map")
     origins, seqs, hashes = _bin(value, "o"), value.get("s"), _bin(value, "h")
     n = len(origins) // ORIGIN_BYTES
     if n > MAX_ORIGINS:
@@ -399,12 +466,98 @@ def _port(obj: Mapping[str, Any]) -> int | None:
     return port
 
 
+def _revision(obj: Mapping[str, Any]) -> int | None:
+    if "w" not in obj:
+        return None
+    value = obj["w"]
+    if type(value) is not int or not 1 <= value <= 2**32:
+        raise _remote("bad-field", '"w" must be a revision number from 1 to 2^32')
+    return value
+
+
+_ORIGIN_SPACE: Final = 64  # origins are 64-bit: a range is a prefix of at most 64 bits
+
+
+def _node(raw: Any, children: int) -> tuple[Node, int]:
+    """One node, checked alone; ``children`` counts child fingerprints so far."""
+    if type(raw) is not list or len(raw) not in (3, 4):
+        raise _remote("bad-field", "a node must be [bits, prefix, b, fingerprints] or [bits, prefix, entries]")
+    bits, prefix = raw[0], raw[1]
+    if type(bits) is not int or type(prefix) is not int or not 0 <= bits <= _ORIGIN_SPACE \
+            or not 0 <= prefix < (1 << bits):
+        raise _remote("bad-range", f"({bits!r:.24}, {prefix!r:.24}) is not a prefix of 64-bit origins")
+    if len(raw) == 4:
+        b, fps = raw[2], raw[3]
+        if type(b) is not int or not 1 <= b <= MAX_SPLIT_BITS or bits + b > _ORIGIN_SPACE:
+            raise _remote("bad-range", f"a split of ({bits}, {prefix}) in 2^{b!r:.24} is out of bounds")
+        children += 1 << b
+        if children > MAX_CHILDREN:
+            raise _remote("too-many-ranges", f"more than {MAX_CHILDREN} child fingerprints in one message")
+        if type(fps) is not bytes or len(fps) != CHILD_FP_BYTES << b:
+            raise _remote("bad-field", f"a split in 2^{b} needs {CHILD_FP_BYTES << b} bytes of fingerprints")
+        return Split(bits, prefix, b, fps), children
+    entries = _digest_value(raw[2], "a node's entries")
+    if entries:
+        shift = _ORIGIN_SPACE - bits
+        first, last = next(iter(entries)), next(reversed(entries._entries))
+        if int(first, 16) >> shift != prefix or int(last, 16) >> shift != prefix:
+            raise _remote("bad-range", f"entries outside the range ({bits}, {prefix})")
+    return Items(bits, prefix, entries), children
+
+
+def _nodes(obj: Mapping[str, Any]) -> tuple[Node, ...]:
+    value = obj.get("n")
+    if type(value) is not list:
+        raise _remote("bad-field", '"n" must be an array of nodes')
+    if len(value) > MAX_NODES:
+        raise _remote("too-many-ranges", f"{len(value)} ranges in one message; the limit is {MAX_NODES}")
+    nodes: list[Node] = []
+    children, entries, end = 0, 0, 0
+    for raw in value:
+        node, children = _node(raw, children)
+        shift = _ORIGIN_SPACE - node.bits
+        if node.prefix << shift < end:
+            raise _remote("bad-range", f"range ({node.bits}, {node.prefix}) overlaps or precedes the one before")
+        end = (node.prefix + 1) << shift
+        if isinstance(node, Items):
+            entries += len(node.entries)
+            if entries > MAX_ORIGINS:
+                raise _remote("too-many-origins", f"the nodes name more than {MAX_ORIGINS} origins")
+        nodes.append(node)
+    return tuple(nodes)
+
+
+def _lacking(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    if "x" not in obj:
+        return ()
+    data = _bin(obj, "x")
+    if len(data) % ORIGIN_BYTES:
+        raise _remote("bad-field", '"x" must be 8 bytes per origin')
+    if len(data) // ORIGIN_BYTES > MAX_ORIGINS:
+        raise _remote("too-many-origins", f'"x" names more than {MAX_ORIGINS} origins')
+    origins = [data[i:i + ORIGIN_BYTES] for i in range(0, len(data), ORIGIN_BYTES)]
+    if any(a >= b for a, b in itertools.pairwise(origins)):
+        raise _remote("bad-field", '"x" origins must be sorted and distinct')
+    return tuple(o.hex() for o in origins)
+
+
+def _recon(obj: Mapping[str, Any]) -> Recon:
+    nodes = _nodes(obj)
+    entries = _digest(obj, "e") if "e" in obj else None
+    lacking = _lacking(obj)
+    named = sum(len(n.entries) for n in nodes if isinstance(n, Items)) + len(entries or ()) + len(lacking)
+    if named > MAX_ORIGINS:
+        raise _remote("too-many-origins", f"a message names {named} origins; the limit is {MAX_ORIGINS}")
+    return Recon(nodes=nodes, entries=entries, lacking=lacking, records=_records(obj) if "r" in obj else (),
+                 more=_bool(obj, "m"), addresses=_addresses(obj))
+
+
 def decode_body(mtype: MessageType, data: bytes) -> Body:
     """Decode the body of a message of type ``mtype``.  Raises ProtocolError("remote", ...)."""
     obj = _unpack(data, _BODY_LIMITS, "the body")
     if mtype is MessageType.SYNC:
         return Sync(fingerprint=_bin(obj, "f", FINGERPRINT_BYTES), digest=_digest(obj) if "d" in obj else None,
-                    addresses=_addresses(obj), listen_port=_port(obj))
+                    addresses=_addresses(obj), listen_port=_port(obj), revision=_revision(obj))
     if mtype is MessageType.IN_SYNC:
         return InSync(addresses=_addresses(obj))
     if mtype is MessageType.DIGEST:
@@ -414,6 +567,8 @@ def decode_body(mtype: MessageType, data: bytes) -> Body:
         return Push(records=_records(obj), digest=_digest(obj) if "d" in obj else None)
     if mtype is MessageType.DELTA:
         return Delta(records=_records(obj), more=_bool(obj, "m"))
+    if mtype is MessageType.RECON:
+        return _recon(obj)
     return Refused(code=_str(obj, "c"), message=_str(obj, "w"))
 
 
@@ -449,6 +604,28 @@ def _encode_addresses(obj: dict[str, Any], addresses: Sequence[str]) -> None:
         obj["p"] = list(addresses)
 
 
+def _encode_node(node: Node) -> list[Any]:
+    if isinstance(node, Split):
+        return [node.bits, node.prefix, node.b, node.fingerprints]
+    return [node.bits, node.prefix, _encode_digest(node.entries)]
+
+
+def _encode_recon(body: Recon) -> dict[str, Any]:
+    if len(body.nodes) > MAX_NODES or sum(1 << n.b for n in body.nodes if isinstance(n, Split)) > MAX_CHILDREN:
+        raise _local("too-many-ranges", f"at most {MAX_NODES} ranges and {MAX_CHILDREN} child fingerprints are sent")
+    obj: dict[str, Any] = {"n": [_encode_node(n) for n in body.nodes]}
+    if body.entries:
+        obj["e"] = _encode_digest(body.entries)
+    if body.lacking:
+        obj["x"] = bytes.fromhex("".join(sorted(body.lacking)))
+    if body.records:
+        obj["r"] = _encode_records(body.records)
+    if body.more:
+        obj["m"] = True
+    _encode_addresses(obj, body.addresses)
+    return obj
+
+
 def encode_body(body: Body) -> bytes:
     """The body's bytes (what the signature covers).  Raises ProtocolError("local", ...)."""
     obj: dict[str, Any]
@@ -461,6 +638,8 @@ def encode_body(body: Body) -> bytes:
             if not 1 <= body.listen_port <= 65535:
                 raise _local("bad-field", f"port {body.listen_port} is out of range")
             obj["l"] = body.listen_port
+        if body.revision is not None:
+            obj["w"] = body.revision
     elif isinstance(body, InSync):
         obj = {}
         _encode_addresses(obj, body.addresses)
@@ -475,6 +654,8 @@ def encode_body(body: Body) -> bytes:
             obj["d"] = _encode_digest(body.digest)
     elif isinstance(body, Delta):
         obj = {"r": _encode_records(body.records), "m": body.more}
+    elif isinstance(body, Recon):
+        obj = _encode_recon(body)
     else:
         # Cut to the bounds a reader applies, by characters and then by UTF-8 bytes.
         obj = {"c": body.code[:64], "w": body.message.encode("utf-8")[:MAX_TEXT].decode("utf-8", "ignore")}

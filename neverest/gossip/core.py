@@ -22,7 +22,11 @@ origin's history with a hole in it (the folder carries only current records, so 
 leave out superseded ones) is relayed by gossip up to the hole; peers get the rest from
 memories that hold it.
 
-**The exchange** (PROTOCOL.md §11), one HTTP POST per round trip::
+**The exchange** (PROTOCOL.md §11), one HTTP POST per round trip.  Revision 2 (SYNC with
+``"w": 2``, the default; reconcile.py) compares fingerprints of ranges of the digests and
+sends only the entries of the ranges that differ; a responder answers a SYNC without
+``"w"`` as revision 1 always did, and an initiator with ``Settings(reconcile=False)`` is a
+revision-1 peer.  Revision 1, which sends whole digests::
 
     initiator                                        responder
     SYNC {f: fingerprint, d: digest if ≤ 16 origins}  ──▶
@@ -45,8 +49,8 @@ to the old origin with the same signed refusal, and the initiator starts again, 
 addressed to the new one (the caller re-keys the address).
 
 **Addresses** (PROTOCOL.md, "Peers learned from peers").  SYNC may carry the initiator's
-list of peer addresses it found healthy and the port it listens on; IN_SYNC and DIGEST may
-carry the responder's list.  Each side leaves out the addresses of the origin it talks to.
+list of peer addresses it found healthy and the port it listens on; IN_SYNC, DIGEST and the
+first RECON may carry the responder's list.  Each side leaves out the addresses of the origin it talks to.
 What a peer shared ends up in ``ExchangeResult.addresses`` (and the port in
 ``listen_port``), for the caller to weigh: the logic here trusts none of it.
 
@@ -97,7 +101,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple, Protocol
@@ -113,16 +117,20 @@ from neverest.gossip.codec import (
     MAX_RECORDS,
     NO_ORIGIN,
     NONCE_BYTES,
+    RECONCILE,
     RECORD_OVERHEAD,
     REQUESTS,
     Body,
     Delta,
     Digest,
     DigestReply,
+    Entry,
     InSync,
+    Items,
     MessageType,
     ProtocolError,
     Push,
+    Recon,
     Refused,
     Sync,
     decode,
@@ -131,6 +139,8 @@ from neverest.gossip.codec import (
     encode_body,
     type_of,
 )
+from neverest.gossip.ranges import RangeIndex
+from neverest.gossip.reconcile import MAX_ROUND_TRIPS, NOTHING, RANGE_ITEMS, Asked, Plan, lags, node_for, plan
 from neverest.memory.receive import ReceiveResult
 from neverest.records import MAX_RECORD_BYTES, origin_of
 
@@ -142,6 +152,8 @@ MAX_BUDGET_BYTES: Final = 1024 * 1024
 # 16 origins make a digest of about 400 bytes: sent with SYNC, it keeps an in-sync
 # exchange under 1 KB and saves a round trip whenever only the initiator lacks records.
 INLINE_DIGEST_ORIGINS: Final = 16
+# Items nodes of 512 ranges at 256 entries stay under 3 MiB next to the records.
+MAX_RANGE_ITEMS: Final = 256
 
 
 @dataclass(frozen=True)
@@ -152,10 +164,16 @@ class Settings:
     skew_s: int = peer_auth.DEFAULT_SKEW_S
     future_tolerance_s: float = Config.future_tolerance_s  # the receive function's own bound
     inline_digest_origins: int = INLINE_DIGEST_ORIGINS
+    # Revision 2 (reconcile.py): False makes the initiator a revision-1 peer (whole digests),
+    # the baseline the benchmarks and simulations compare against.
+    reconcile: bool = True
+    range_items: int = RANGE_ITEMS  # a range with at most this many entries is sent as items
 
     def __post_init__(self) -> None:
         if not MIN_BUDGET_BYTES <= self.budget_bytes <= MAX_BUDGET_BYTES:
             raise ValueError(f"budget_bytes must be from {MIN_BUDGET_BYTES} to {MAX_BUDGET_BYTES}")
+        if not 1 <= self.range_items <= MAX_RANGE_ITEMS:
+            raise ValueError(f"range_items must be from 1 to {MAX_RANGE_ITEMS}")
 
 
 class Run(NamedTuple):
@@ -169,7 +187,15 @@ class StoreView(Protocol):
     """What the logic needs from a memory's store (view.SqliteView is the real one)."""
 
     def digest(self) -> Digest:
-        """The version vector of the records held (see the module docstring)."""
+        """The version vector of the records held (see the module docstring): only revision 1 reads it."""
+        ...
+
+    def entry(self, origin: str) -> Entry | None:
+        """The digest entry of one origin, None if this memory holds no record of it with a seq."""
+        ...
+
+    def index(self) -> RangeIndex:
+        """The digest's range index (ranges.py), kept as current as ``entry``."""
         ...
 
     def known_at(self, origin: str, seq: int) -> list[bytes]:
@@ -226,23 +252,18 @@ def _witnesses(view: StoreView, origin: str, mine: tuple[int, bytes], theirs: tu
     return [r for r, d in zip(known, digests, strict=True) if d[:HASH_BYTES] != their_hash]
 
 
-_NOTHING: Final = (0, b"")
+def delta(view: StoreView, mine: Mapping[str, Entry], theirs: Mapping[str, Entry], *, budget_bytes: int,
+          rng: random.Random, max_records: int = MAX_RECORDS) -> Batch:
+    """The records a peer with digest ``theirs`` lacks, stopping before the first that does not fit.
 
-
-def _lags(seen: tuple[int, bytes], entry: tuple[int, bytes]) -> bool:
-    """Whether a peer at ``seen`` lacks records we hold up to ``entry``, or holds another record there."""
-    return seen[0] < entry[0] or (seen[0] == entry[0] and seen[1] != entry[1])
-
-
-def delta(view: StoreView, mine: Digest, theirs: Digest, *, budget_bytes: int, rng: random.Random,
-          max_records: int = MAX_RECORDS) -> Batch:
-    """The records a peer with digest ``theirs`` lacks, stopping before the first that does not fit."""
-    behind = sorted(o for o, entry in mine.items() if _lags(theirs.get(o, _NOTHING), entry))
+    ``mine`` and ``theirs`` may be parts of the digests (reconciliation passes the origins of
+    the ranges that differ): only the origins of ``mine`` are looked at."""
+    behind = sorted(o for o, entry in mine.items() if lags(theirs.get(o, NOTHING), entry))
     rng.shuffle(behind)  # sorted first, so that the order depends on rng alone
     out: list[bytes] = []
     left = budget_bytes
     for origin in behind:
-        entry, seen = mine[origin], theirs.get(origin, _NOTHING)
+        entry, seen = mine[origin], theirs.get(origin, NOTHING)
         witnesses = _witnesses(view, origin, entry, seen)
         cost = sum(map(record_cost, witnesses))
         if cost > left or len(out) + len(witnesses) > max_records:
@@ -288,7 +309,6 @@ def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetim
     """
     if not records:
         return Taken(ReceiveResult(), 0)
-    current = view.digest()
     horizon = now + timedelta(seconds=future_tolerance_s)
     top: dict[str, int] = {}
     stopped: set[str] = set()
@@ -301,7 +321,8 @@ def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetim
             continue
         high = top.get(origin)
         if high is None:
-            high = current[origin][0] if origin in current else 0
+            entry = view.entry(origin)
+            high = entry[0] if entry is not None else 0
         if seq > high + 1:
             raise ProtocolError("remote", "gap", f"records of {origin} jump from seq {high} to {seq}")
         if signed > horizon:
@@ -383,6 +404,8 @@ class Initiator:
         self._expect: frozenset[MessageType] = frozenset()  # reply types acceptable now; none: over
         self._nonce = peer_auth.NO_NONCE
         self._inline = False
+        self._asked = Asked()  # revision 2: what the last request asked about
+        self._requests = 0  # since the (last) SYNC
         self.result = ExchangeResult(peer=peer)
 
     @property
@@ -396,15 +419,28 @@ class Initiator:
             self.result.is_self = True
             self._end(None)
             return None
-        mine = self._view.digest()
-        self._inline = len(mine) <= self._settings.inline_digest_origins
+        self._requests = 0
         try:
-            return self._send(Sync(mine.fingerprint, mine if self._inline else None,
-                                   _shared(self._share, self._peer), self._listen_port),
-                              {MessageType.IN_SYNC, MessageType.DIGEST})
+            return self._send(self._sync(), {MessageType.IN_SYNC, MessageType.DIGEST, MessageType.RECON})
         except ProtocolError as exc:
             self._end(exc)
             return None
+
+    def _sync(self) -> Sync:
+        share = _shared(self._share, self._peer)
+        if not self._settings.reconcile:
+            mine = self._view.digest()
+            self._inline = len(mine) <= self._settings.inline_digest_origins
+            return Sync(mine.fingerprint, mine if self._inline else None, share, self._listen_port)
+        index = self._view.index()
+        self._inline = len(index) <= self._settings.inline_digest_origins
+        if self._inline:
+            # "f" stays the digest's fingerprint, which a revision-1 responder checks "d" against.
+            small = Digest(dict(index.items(0, 0)))
+            self._asked.note([Items(0, 0, small)])
+            return Sync(small.fingerprint, small, share, self._listen_port, RECONCILE)
+        self._asked.ranges, self._asked.origins = {(0, 0)}, set()
+        return Sync(index.root, None, share, self._listen_port, RECONCILE)
 
     def handle(self, reply: bytes) -> bytes | None:
         """Take the peer's reply; the next request, or None when the exchange is over."""
@@ -432,6 +468,7 @@ class Initiator:
         auth = peer_auth.sign(self._key, mtype, payload, to=self._peer or NO_ORIGIN, ts=_unix(self._now),
                               nonce=self._nonce)
         data = encode(mtype, auth, payload)
+        self._requests += 1
         self.result.round_trips += 1
         self.result.bytes_sent += len(data)
         self._expect = frozenset(expect)
@@ -467,6 +504,8 @@ class Initiator:
             return None
         if isinstance(body, DigestReply):
             return self._on_digest(body)
+        if isinstance(body, Recon):
+            return self._on_recon(body)
         assert isinstance(body, Delta)
         self._take(body.records, body.more)
         self._end(None)
@@ -484,6 +523,27 @@ class Initiator:
         self.result.records_sent += len(out.records)
         return self._send(Push(tuple(out.records), None if self._inline else self._view.digest()),
                           {MessageType.DELTA})
+
+    def _on_recon(self, body: Recon) -> bytes | None:
+        self._asked.check(body)
+        if body.addresses:
+            self.result.addresses = body.addresses
+        self._take(body.records, body.more)
+        if not body.asks:
+            self._end(None)  # only records (or nothing): the exchange is over
+            return None
+        if self._requests >= MAX_ROUND_TRIPS:
+            raise ProtocolError("remote", "no-convergence",
+                                f"ranges still differ after {self._requests} round trips; giving up")
+        answer = plan(self._view, body, items_at_most=self._settings.range_items)
+        reply = _recon(self._view, answer, self._settings, self._rng)
+        self.result.more |= reply.more
+        if not reply.asks and not reply.records:
+            self._end(None)
+            return None
+        self._asked.note(reply.nodes)
+        self.result.records_sent += len(reply.records)
+        return self._send(reply, {MessageType.RECON})
 
     def _take(self, records: Sequence[bytes], more: bool) -> None:
         assert self._peer is not None
@@ -560,8 +620,16 @@ class Responder:
 
     def _serve(self, body: Body, peer: str, now: datetime, rng: random.Random, result: ExchangeResult,
                share: tuple[str, ...]) -> Body:
+        if isinstance(body, Recon):
+            self._receive(body.records, peer, now, result)
+            answer = plan(self._view, body, items_at_most=self._settings.range_items)
+            reply = _recon(self._view, answer, self._settings, rng)
+            result.records_sent, result.more = len(reply.records), reply.more
+            return reply
         if isinstance(body, Sync):
             result.addresses, result.listen_port = body.addresses, body.listen_port
+            if body.revision is not None and body.revision >= RECONCILE:
+                return self._sync_ranges(body, rng, result, share)
             mine = self._view.digest()
             if body.fingerprint == mine.fingerprint:
                 result.in_sync = True
@@ -573,19 +641,49 @@ class Responder:
             out = self._delta(mine, body.digest, rng, result)
             return DigestReply(mine, tuple(out.records), out.more, share)
         assert isinstance(body, Push)
-        result.records_received = len(body.records)
-        taken = take(self._view, body.records, source=_source(peer), now=now,
-                     future_tolerance_s=self._settings.future_tolerance_s)
-        result.applied, result.held_back = taken.result, taken.held_back
+        self._receive(body.records, peer, now, result)
         if body.digest is None:
             return Delta(())
         out = self._delta(self._view.digest(), body.digest, rng, result)
         return Delta(tuple(out.records), out.more)
 
+    def _receive(self, records: Sequence[bytes], peer: str, now: datetime, result: ExchangeResult) -> None:
+        result.records_received = len(records)
+        taken = take(self._view, records, source=_source(peer), now=now,
+                     future_tolerance_s=self._settings.future_tolerance_s)
+        result.applied, result.held_back = taken.result, taken.held_back
+
+    def _sync_ranges(self, body: Sync, rng: random.Random, result: ExchangeResult, share: tuple[str, ...]) -> Body:
+        """Revision 2's answer to SYNC: IN_SYNC, or the first RECON (reconcile.py)."""
+        index = self._view.index()
+        if body.digest is None:
+            if body.fingerprint == index.root:
+                result.in_sync = True
+                return InSync(share)
+            return Recon((node_for(index, 0, 0, items_at_most=self._settings.range_items),), addresses=share)
+        if body.digest.fingerprint != body.fingerprint:
+            raise ProtocolError("remote", "bad-field", "the fingerprint is not that of the digest sent")
+        if len(index) == len(body.digest) and all(self._view.entry(o) == e for o, e in body.digest.items()):
+            result.in_sync = True
+            return InSync(share)
+        # The inline digest is the initiator's whole set: an items node for the whole range.
+        answer = plan(self._view, [Items(0, 0, body.digest)], items_at_most=self._settings.range_items)
+        reply = _recon(self._view, answer, self._settings, rng, share)
+        result.records_sent, result.more = len(reply.records), reply.more
+        return reply
+
     def _delta(self, mine: Digest, theirs: Digest, rng: random.Random, result: ExchangeResult) -> Batch:
         out = delta(self._view, mine, theirs, budget_bytes=self._settings.budget_bytes, rng=rng)
         result.records_sent, result.more = len(out.records), out.more
         return out
+
+
+def _recon(view: StoreView, answer: Plan, settings: Settings, rng: random.Random,
+           share: tuple[str, ...] = ()) -> Recon:
+    """The RECON carrying a plan: its nodes and entries, and the records it says the peer lacks."""
+    out = delta(view, answer.mine, answer.theirs, budget_bytes=settings.budget_bytes, rng=rng)
+    return Recon(tuple(answer.nodes), Digest(answer.entries) if answer.entries else None, tuple(answer.lacking),
+                 tuple(out.records), out.more or answer.cut, share)
 
 
 def _shared(share: Sequence[tuple[str, str | None]], peer: str | None) -> tuple[str, ...]:

@@ -7,6 +7,10 @@ Two levels:
   calls, through the same ``Initiator``/``Responder`` bytes the HTTP edge carries.  Every
   message crosses ``Cluster.wire`` (a list of (sender, receiver, bytes)), and a ``tamper``
   hook may rewrite or drop a message in flight, which is how tests play a hostile network.
+- ``MemoryView``: a ``core.StoreView`` in dicts, for benchmarks and property tests of the
+  exchange at sizes a SQLite store would make slow (10^6 origins): it stores what it is given
+  without verifying it (the receive function is not what they measure), keeping the first
+  record at an (origin, seq) and the others as fork evidence, as the store does.
 - ``AppNetwork``: whole gossip services (``service.Gossip``, with their peer tables) talking
   HTTP without sockets or threads: each listener is an ASGI app (``http.GossipApp``) at a
   base URL, and each sender gets an ``httpx`` transport (``transport_for``) that hands its
@@ -16,6 +20,7 @@ Two levels:
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -25,10 +30,24 @@ from typing import Any
 import httpx
 
 from neverest.config import Config
-from neverest.gossip.core import ExchangeResult, Initiator, Reply, Responder, Settings, drive
+from neverest.gossip.codec import Digest, Entry
+from neverest.gossip.core import (
+    ExchangeResult,
+    Initiator,
+    Reply,
+    Responder,
+    Run,
+    Settings,
+    drive,
+    record_cost,
+    record_digest,
+    seq_hash,
+)
 from neverest.gossip.peer_auth import ReplayCache
+from neverest.gossip.ranges import RangeIndex
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
+from neverest.memory.receive import ReceiveResult
 from neverest.memory.store import Store, open_store
 
 Tamper = Callable[[str, str, bytes], bytes | None]
@@ -105,6 +124,75 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+class MemoryView:
+    """A StoreView in dicts (see the module docstring).  ``put`` and ``apply`` take record bytes
+    that name an ``origin`` and a ``seq`` (JSON); ``assume`` sets an entry without records, for
+    the origins of a benchmark that are the same on both sides and never sent."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, dict[int, list[bytes]]] = {}  # origin → seq → [kept, evidence...]
+        self._entries: dict[str, Entry] = {}
+        self._index = RangeIndex()
+        self._digest: Digest | None = None  # made when revision 1 asks, kept until a change
+
+    def assume(self, origin: str, entry: Entry) -> None:
+        self._entries[origin] = entry
+        self._index.set(origin, entry)
+        self._digest = None
+
+    def drop(self, origin: str) -> None:
+        """Forget an origin: its records and its entry."""
+        self._known.pop(origin, None)
+        self._entries.pop(origin, None)
+        self._index.set(origin, None)
+        self._digest = None
+
+    def put(self, raw: bytes) -> str:
+        """Hold a record: 'new', 'duplicate' or 'fork' (another record at the same origin and seq)."""
+        obj = json.loads(raw)
+        origin, seq = obj["origin"], obj["seq"]
+        at = self._known.setdefault(origin, {}).setdefault(seq, [])
+        outcome = "duplicate" if raw in at else "fork" if at else "new"
+        if outcome != "duplicate":
+            at.append(raw)
+        top = max(self._known[origin])
+        self.assume(origin, (top, seq_hash({record_digest(r) for r in self._known[origin][top]})))
+        return outcome
+
+    def digest(self) -> Digest:
+        if self._digest is None:
+            self._digest = Digest(self._entries)
+        return self._digest
+
+    def entry(self, origin: str) -> Entry | None:
+        return self._entries.get(origin)
+
+    def index(self) -> RangeIndex:
+        return self._index
+
+    def known_at(self, origin: str, seq: int) -> list[bytes]:
+        return list(self._known.get(origin, {}).get(seq, ()))
+
+    def run(self, origin: str, after: int, *, budget_bytes: int, max_records: int) -> Run:
+        held, out = self._known.get(origin, {}), list[bytes]()
+        while after + len(out) + 1 in held:
+            raw = held[after + len(out) + 1][0]
+            budget_bytes -= record_cost(raw)
+            if budget_bytes < 0 or len(out) == max_records:
+                return Run(out, True)
+            out.append(raw)
+        return Run(out, False)
+
+    def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
+        result = ReceiveResult()
+        for raw in records:
+            outcome = self.put(raw)
+            result.accepted += outcome == "new"
+            result.duplicates += outcome == "duplicate"
+            result.forks += outcome == "fork"
+        return result
 
 
 AsgiApp = Callable[..., Any]

@@ -1,24 +1,34 @@
 """The gossip logic's view of a memory's SQLite store (``core.StoreView`` over ``records``).
 
-- ``digest``: for each origin, its highest ``seq`` in ``records`` (superseded rows included:
-  they are held and relayed) and the short hash of that row's bytes, taken from the
-  ``digest`` column the store indexes records by; when ``forks`` holds evidence of another
-  record at that seq, a hash of all of them (``core.seq_hash``; core.py says why).  It is recomputed only
-  when the database changed, so the common in-sync exchange costs two PRAGMA reads.
+- ``digest``/``entry``/``index``: for each origin, its highest ``seq`` in ``records``
+  (superseded rows included: they are held and relayed) and the short hash of that row's
+  bytes, taken from the ``digest`` column the store indexes records by; when ``forks`` holds
+  evidence of another record at that seq, a hash of all of them (``core.seq_hash``; core.py
+  says why), with their range index (ranges.py).  They are rebuilt only when the database
+  changed, so the common in-sync exchange costs two PRAGMA reads; and when the change was
+  this view's own ``apply`` and nothing else committed meanwhile, only the origins of the
+  records applied are read again, so an exchange that receives a few records does not
+  rebuild an index of every origin.
 - ``run``: one origin's records in seq order after a given seq, read lazily so that a
   budget that stops early stops the read too.
 - ``apply``: the one receive function (``Receiver``), one per call, so that a batch of
   records from a peer commits in the receiver's batches and is counted under its source.
+
+The incremental path relies on the receive function changing ``records`` and ``forks`` only
+for the origins of the records it is given.  Code that removes or rewrites rows through
+this view's connection otherwise must call ``invalidate``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 
 from neverest.config import Config
 from neverest.gossip.codec import HASH_BYTES, Digest, Entry
 from neverest.gossip.core import Run, record_cost, record_digest, seq_hash
+from neverest.gossip.ranges import RangeIndex
 from neverest.memory import holdings
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
@@ -27,13 +37,19 @@ from neverest.memory.store import Store
 class SqliteView:
     def __init__(self, store: Store, *, own_origin: str, config: Config) -> None:
         self.store, self.own_origin, self.config = store, own_origin, config
-        self._digest = Digest()
+        self._entries: dict[str, Entry] = {}
+        self._index = RangeIndex()
+        self._digest: Digest | None = None  # made from _entries when revision 1 asks for it
         self._version: tuple[int, int] | None = None
 
-    def digest(self) -> Digest:
+    def invalidate(self) -> None:
+        """Forget the cached entries: the next read rebuilds them from the database."""
+        self._version = None
+
+    def _current(self) -> None:
         version = self.store.data_version()
         if version == self._version:
-            return self._digest
+            return
         db = self.store.db
         entries: dict[str, Entry] = {}
         for head in holdings.heads(db):
@@ -45,9 +61,24 @@ class SqliteView:
                 forked.setdefault(origin, {entries[origin][1]}).add(record_digest(other))
         for origin, digests in forked.items():
             entries[origin] = (entries[origin][0], seq_hash(digests))
-        self._digest = Digest({o: (seq, h[:HASH_BYTES]) for o, (seq, h) in entries.items()})
+        self._entries = {o: (seq, h[:HASH_BYTES]) for o, (seq, h) in entries.items()}
+        self._index = RangeIndex.from_digest(self._entries)
+        self._digest = None
         self._version = version
+
+    def digest(self) -> Digest:
+        self._current()
+        if self._digest is None:
+            self._digest = Digest(self._entries)
         return self._digest
+
+    def entry(self, origin: str) -> Entry | None:
+        self._current()
+        return self._entries.get(origin)
+
+    def index(self) -> RangeIndex:
+        self._current()
+        return self._index
 
     def known_at(self, origin: str, seq: int) -> list[bytes]:
         return holdings.known_at(self.store.db, origin, seq)
@@ -70,6 +101,41 @@ class SqliteView:
     def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
         if not records:
             return ReceiveResult()
+        before = self.store.data_version()
         with Receiver(self.store, own_origin=self.own_origin, config=self.config, now=now) as receiver:
             result = receiver.receive(records, source=source)
+        after = self.store.data_version()
+        # PRAGMA data_version (the first half) moves only when another connection commits: if it
+        # did not, the only change since the cache was current is the records just applied.
+        if before == self._version and after[0] == before[0]:
+            for origin in _origins(records):
+                self._reread(origin)
+            self._version = after
         return result
+
+    def _reread(self, origin: str) -> None:
+        seq = holdings.max_seq(self.store.db, origin)
+        entry = None
+        if seq:
+            entry = (seq, seq_hash({record_digest(r) for r in holdings.known_at(self.store.db, origin, seq)}))
+        if entry == self._entries.get(origin):
+            return
+        if entry is None:
+            del self._entries[origin]
+        else:
+            self._entries[origin] = entry
+        self._index.set(origin, entry)
+        self._digest = None
+
+
+def _origins(records: Sequence[bytes]) -> set[str]:
+    """The origins the records name (an unreadable one cannot have been stored)."""
+    out: set[str] = set()
+    for raw in records:
+        try:
+            origin = json.loads(raw).get("origin")
+        except (ValueError, AttributeError, RecursionError):
+            continue
+        if type(origin) is str and len(origin) == 16:
+            out.add(origin)
+    return out
