@@ -7,8 +7,9 @@ through them the one receive function.  The simulator adds only what the daemon 
 from the outside world: a clock, a network and a schedule.
 
 **Time** is virtual: a heap of events ordered by time, each the arrival of one message.
-An exchange is the daemon's: SYNC, then DIGEST, then PUSH if needed, each message carried
-by ``VirtualNetwork.carry``; a lost message fails the exchange when the sender's timeout
+An exchange is the daemon's: SYNC, then IN_SYNC or the RECON messages of revision 2
+(DIGEST and PUSH with ``Settings(reconcile=False)``), each message carried by
+``VirtualNetwork.carry``; a lost message fails the exchange when the sender's timeout
 expires; a cut delta (``more``) is followed at once by another exchange with the same peer,
 at most ``MAX_CONTINUATIONS`` times, as ``gossip/service.py`` does.
 
