@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Final
@@ -41,7 +42,7 @@ PARENT_CHECK_S: Final = 1.0
 
 log = logging.getLogger("neverest.commons")
 
-Lines = list[tuple[int, bytes | None]]
+Lines = Sequence[tuple[int, bytes | None]]
 
 
 def default_processes() -> int:
