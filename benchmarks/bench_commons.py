@@ -245,6 +245,8 @@ async def bench_puts(port: int, server_pid: int, tokens: list[str], origins: int
     def path(seed: int) -> str:
         return f"/commons/{origin(seed)}.jsonl"
 
+    # Start the verifying processes first (on demand, at the first PUTs with many lines to verify).
+    await run_jobs(port, server_pid, tokens[:8], new_file_jobs(range(40_001, 40_009)))
     new = await run_jobs(port, server_pid, tokens,
                          [("PUT", path(s), version(s, 0), {"if-none-match": "*"}) for s in pools])
     updates = Run()
@@ -272,6 +274,15 @@ def _verify_file(job: Job) -> int:
     return len(lines)
 
 
+def raw_verify_cpu_ms(jobs: list[Job]) -> float:
+    """CPU time of the full check of one file of ``jobs``, in this process: unlike a rate, it
+    hardly depends on what else the machine runs."""
+    started = time.process_time()
+    for job in jobs:
+        _verify_file(job)
+    return 1000 * (time.process_time() - started) / len(jobs)
+
+
 def raw_verify_rate(jobs: list[Job], processes: int) -> float:
     """Records/s of the full check of every line of ``jobs``' bodies: in this process
     (``processes`` 0), or spread over that many worker processes (started before timing)."""
@@ -290,21 +301,24 @@ def compare_new_files(folder: Path, tokens: list[str], origins: int, rounds: int
     """New-file PUT/s with verification in processes against threads, and the raw verify rate,
     alternated over ``rounds`` rounds on fresh servers: the medians."""
     jobs = new_file_jobs(range(20_001, 20_001 + origins))
-    warm = new_file_jobs(range(30_001, 30_002))  # starts the verifying processes before timing
+    # Concurrent first PUTs start every verifying process before timing (they start on demand).
+    warm = new_file_jobs(range(30_001, 30_009))
     modes = {"processes": (), "threads": ("--verify-processes", "0")}
     seen: dict[str, list[Run]] = {mode: [] for mode in modes}
     raw: dict[str, list[float]] = {"one_process": [], "per_cpu_processes": []}
+    raw_cpu_ms: list[float] = []
     for round_ in range(rounds):
         order = list(modes) if round_ % 2 == 0 else list(reversed(modes))
         for mode in order:
             proc, url = start_server(folder / f"{mode}-{round_}", tokens, *modes[mode])
             try:
                 port = int(url.rpartition(":")[2])
-                trio.run(run_jobs, port, proc.pid, tokens[:1], warm)
+                trio.run(run_jobs, port, proc.pid, tokens[:len(warm)], warm)
                 seen[mode].append(trio.run(run_jobs, port, proc.pid, tokens, jobs))
             finally:
                 stop_server(proc)
         raw["one_process"].append(raw_verify_rate(jobs, 0))
+        raw_cpu_ms.append(raw_verify_cpu_ms(jobs))
         raw["per_cpu_processes"].append(raw_verify_rate(jobs, os.cpu_count() or 1))
     out: dict[str, Any] = {"rounds": rounds, "origins": origins}
     for mode, runs in seen.items():
@@ -312,11 +326,14 @@ def compare_new_files(folder: Path, tokens: list[str], origins: int, rounds: int
         out[mode] = {"per_s": [round(x, 1) for x in rates], "median_per_s": round(statistics.median(rates), 1),
                      "median_server_cpu_percent": round(statistics.median(
                          100 * r.server_cpu_s / r.seconds for r in runs)),
+                     "median_server_cpu_ms_per_put": round(statistics.median(
+                         1000 * r.server_cpu_s / r.requests for r in runs), 2),
                      "statuses": [r.statuses for r in runs]}
     for name, rates in raw.items():
         out[f"raw_verify_{name}"] = {"records_per_s": [round(x) for x in rates],
                                      "median_records_per_s": round(statistics.median(rates)),
                                      "median_put_per_s_bound": round(statistics.median(rates) / PER_FILE, 1)}
+    out["raw_verify_cpu_ms_per_file"] = round(statistics.median(raw_cpu_ms), 2)
     out["median_ratio_processes_to_threads"] = round(statistics.median(
         p.per_s / t.per_s for p, t in zip(seen["processes"], seen["threads"], strict=True)), 2)
     out["median_ratio_processes_to_raw_per_cpu"] = round(statistics.median(
@@ -422,13 +439,15 @@ def main() -> None:
         for mode, label in [("processes", "verified in worker processes (default)"),
                             ("threads", "verified in the server's threads (before)")]:
             r = c[mode]
-            print(f"  {label:42s} {r['median_per_s']:6.1f} PUT/s, server CPU {r['median_server_cpu_percent']:3d} %  "
+            print(f"  {label:42s} {r['median_per_s']:6.1f} PUT/s, server CPU {r['median_server_cpu_percent']:3d} % "
+                  f"= {r['median_server_cpu_ms_per_put']:4.1f} ms a PUT  "
                   f"(rounds: {', '.join(f'{x:.0f}' for x in r['per_s'])})")
         for name, label in [("one_process", "raw verify, one process"),
                             ("per_cpu_processes", f"raw verify, {result['cpus']} processes")]:
             r = c[f"raw_verify_{name}"]
             print(f"  {label:42s} {r['median_records_per_s']:6d} records/s = {r['median_put_per_s_bound']:6.1f} "
                   f"files/s  (rounds: {', '.join(str(x) for x in r['records_per_s'])})")
+        print(f"  raw verify CPU a file: {c['raw_verify_cpu_ms_per_file']:.1f} ms (one process)")
         print(f"  processes ÷ threads: {c['median_ratio_processes_to_threads']} ×; "
               f"processes ÷ raw verify on every CPU: {c['median_ratio_processes_to_raw_per_cpu']} ×")
     p = result["pull"]
