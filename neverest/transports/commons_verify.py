@@ -8,7 +8,8 @@ lines to verify goes to a pool of worker processes (one per CPU by default), whi
 lines (an update: a memory's new version repeats its previous one but for a line or two) are
 verified in the calling thread, where a trip to another process would cost more than the work.
 
-The pool is started on first use (a server that only ever takes updates never starts it).
+The pool is started on first use, all its workers at once (a server that only ever takes
+updates never starts it).
 Its workers are spawned, not forked: a fork would copy the event loop's threads mid-flight
 and the descriptor that locks the data folder.  They ignore SIGINT (Ctrl-C reaches the whole
 process group; the server stops them itself), and each exits by itself once the server
@@ -60,6 +61,10 @@ def _watch_parent(parent: int) -> None:
             os._exit(0)  # the server is gone (kill -9): nobody will ever send work again
 
 
+def _ready() -> None:
+    """A job that does nothing: submitted once per worker, so that all start at once."""
+
+
 def _worker_init(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
@@ -104,6 +109,10 @@ class Verifier:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_worker_init, initargs=(os.getpid(),))
+                # The executor spawns a worker whenever a job finds none idle: one no-op job per
+                # worker starts them all now, rather than one by one in the middle of a burst.
+                for _ in range(self.processes):
+                    self._pool.submit(_ready)
                 log.info("started %d verifying process(es)", self.processes)
             return self._pool
 
