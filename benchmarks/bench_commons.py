@@ -15,7 +15,7 @@
    must be 0 for the figures to mean anything.  The PUT clients are a minimal HTTP/1.1
    keep-alive client on trio sockets, so that what is measured is the server: httpx costs
    2–7 ms of client CPU a request, which on a 2-CPU machine halves what the server gets.
-   The run reports the CPU the server process used (100 % is one CPU).
+   The run reports the CPU the server used, its verifying processes included (100 % is one CPU).
 
 2. New files, the server's two ways of verifying, in the same run, alternated over
    ``--rounds`` rounds (medians reported): signatures checked in worker processes (the
@@ -25,8 +25,9 @@
    (``commons_protocol.first_bad_line``: the full check of every record) in one process and
    in one process per CPU, which bounds what any server could do (records/s ÷ 100 = PUT/s).
    This VM is shared and its speed varies by 2–3 × within minutes: the ratio to the raw rate
-   measured in the same round is the figure that travels.  Server CPU counts the server's
-   worker processes too.
+   measured in the same round is the figure that travels, and so is CPU time: the server's
+   CPU per PUT (its worker processes counted) against the raw check's CPU per file; with the
+   cores to itself a server does at most cores ÷ CPU per PUT.
 
 3. A pull by a client already up to date with 1 000 origins: the requests the protocol
    needs, counted by a minimal httpx client that follows the rule of the real one (fetch
