@@ -554,6 +554,25 @@ def test_the_verifier_checks_in_threads_below_its_threshold_and_starts_processes
         verifier.check(origin(1), [*lines, (5, record(1, 5))])
 
 
+
+def test_a_verifying_process_that_dies_is_replaced() -> None:
+    verifier = Verifier(processes=1, min_lines=1)
+    lines = list(enumerate([record(1, s) for s in range(1, 4)], 1))
+    try:
+        verifier.check(origin(1), lines)
+        [first] = verifier.pids()
+        os.kill(first, signal.SIGKILL)
+        # Reaped (not merely a zombie) means its reader has seen the end of its pipe and marked it dead.
+        wait_until(lambda: not Path(f"/proc/{first}").exists(), "the killed worker was not reaped")
+        verifier.check(origin(1), lines)  # by a new worker
+        [second] = verifier.pids()
+        assert second != first
+        with pytest.raises(Refusal):
+            verifier.check(origin(2), lines)
+    finally:
+        verifier.close()
+    assert not alive(second)  # closed: it finished and exited
+
 # -- limits ----------------------------------------------------------------------------------------
 
 
