@@ -26,7 +26,7 @@ import trio
 from neverest.clock import FixedClock, iso
 from neverest.peers import directory as peer_directory
 from neverest.records import canonical, origin_of, sign_lesson
-from neverest.transports import commons_directory, commons_storage
+from neverest.transports import commons_directory, commons_storage, commons_verify
 from neverest.transports.announce import sign_announcement
 from neverest.transports.commons_server import (
     MAX_FILE_BYTES,
@@ -572,6 +572,39 @@ def test_a_verifying_process_that_dies_is_replaced() -> None:
     finally:
         verifier.close()
     assert not alive(second)  # closed: it finished and exited
+
+
+def test_a_stuck_verifying_process_is_killed_and_frees_every_request_it_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commons_verify, "VERIFY_TIMEOUT_S", 1.0)
+    verifier = Verifier(processes=1, min_lines=1)
+    # Over a pipe's 64 KiB: the second request blocks in its write while the worker is stuck.
+    lines = list(enumerate([record(1, s) for s in range(1, 201)], 1))
+    verifier.check(origin(1), lines)
+    [stuck] = verifier.pids()
+    try:
+        os.kill(stuck, signal.SIGSTOP)
+        failures: list[BaseException] = []
+
+        def check() -> None:
+            try:
+                verifier.check(origin(1), lines)
+            except VerifierError as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=check) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)  # no request is left hanging
+        assert len(failures) == 2
+        wait_until(lambda: not Path(f"/proc/{stuck}").exists(), "the stuck worker was not killed and reaped")
+        verifier.check(origin(1), lines)  # a new worker takes over
+    finally:
+        verifier.close()
+        for pid in child_pids(os.getpid()) & {stuck}:  # a failed run must not leave it stopped forever
+            os.kill(pid, signal.SIGKILL)
+
 
 # -- limits ----------------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import pickle
+import queue
 import signal
 import struct
 import subprocess
@@ -100,7 +101,9 @@ def _decode_reply(data: bytes) -> BadLine | None:
 
 
 class _Worker:
-    """One worker process, the requests it holds, and the thread that reads its replies."""
+    """One worker process, the requests it holds, and the two threads that write them to it
+    and read its replies (so that no caller ever blocks on its pipes: a stuck worker costs
+    its callers a timeout, never a hang)."""
 
     def __init__(self) -> None:
         # The child imports this very copy of neverest, wherever the server imported it from.
@@ -111,25 +114,33 @@ class _Worker:
                                      start_new_session=True)
         self.load = 0  # requests handed to it and not yet answered (the Verifier's lock guards it)
         self.dead = False
-        # A request's frame and its place in ``_waiting`` go together; ``stop`` takes it too (it
-        # may be called by ``submit`` itself), so that no request is queued after the drain.
-        self._send = threading.RLock()
+        # A request's place in ``_waiting`` and in ``_outbox`` go together (the worker answers
+        # in the order it is asked); never held across I/O.
+        self._lock = threading.Lock()
         self._waiting: collections.deque[Future[BadLine | None]] = collections.deque()
-        self._reader = threading.Thread(target=self._read_replies, name="commons-verify-replies", daemon=True)
-        self._reader.start()
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()  # None: close the pipe
+        self._threads = [threading.Thread(target=self._write_requests, name="commons-verify-send", daemon=True),
+                         threading.Thread(target=self._read_replies, name="commons-verify-replies", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, request: bytes) -> Future[BadLine | None]:
         future: Future[BadLine | None] = Future()
-        assert self.proc.stdin is not None
-        with self._send:
+        with self._lock:
             if self.dead:
                 raise VerifierError("a verifying process died")
             self._waiting.append(future)
-            try:
-                _write_frame(self.proc.stdin, request)
-            except OSError:
-                self.stop(kill=True)  # the worker is gone; what it held fails with it
+            self._outbox.put(request)
         return future
+
+    def _write_requests(self) -> None:
+        assert self.proc.stdin is not None
+        try:
+            while (request := self._outbox.get()) is not None:
+                _write_frame(self.proc.stdin, request)
+            self.proc.stdin.close()  # the worker answers what it holds, then exits
+        except (OSError, ValueError):  # it is gone (or killed while we wrote)
+            self.stop(kill=True)
 
     def _read_replies(self) -> None:
         assert self.proc.stdout is not None
@@ -138,30 +149,29 @@ class _Worker:
                 result = _decode_reply(data)
             except ValueError:
                 break  # our own worker talking nonsense: treat it as dead
-            if not self._waiting:
+            with self._lock:
+                future = self._waiting.popleft() if self._waiting else None
+            if future is None:
                 break  # an answer to nothing: treat it as dead
-            # The worker answers in the order it was asked (one request at a time).
-            self._waiting.popleft().set_result(result)
+            future.set_result(result)
         self.stop(kill=True)
         self.proc.wait()  # reaped here, whoever replaces it
+        self.proc.stdout.close()
 
     def stop(self, *, kill: bool) -> None:
         """Stop taking requests.  ``kill``: end the process now and fail what it held;
-        otherwise close its pipe: it answers what it holds, then exits."""
-        with self._send:
+        otherwise close its pipe once what it holds is sent: it answers that, then exits."""
+        with self._lock:
             self.dead = True
-            if not kill:
-                if self.proc.stdin is not None:
-                    try:
-                        self.proc.stdin.close()
-                    except OSError:
-                        pass
-                return
-            self.proc.kill()  # nothing if it has exited already
-            while self._waiting:
-                future = self._waiting.popleft()
-                if not future.done():
-                    future.set_exception(VerifierError("a verifying process died"))
+            self._outbox.put(None)
+            failed = list(self._waiting) if kill else []
+            if kill:
+                self._waiting.clear()
+        if kill:
+            self.proc.kill()  # nothing if it has exited already; frees a write blocked on it
+        for future in failed:
+            if not future.done():
+                future.set_exception(VerifierError("a verifying process died"))
 
     def join(self, timeout_s: float) -> None:
         try:
@@ -169,13 +179,8 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._reader.join(timeout=timeout_s)
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+        for thread in self._threads:
+            thread.join(timeout=timeout_s)
 
 
 class Verifier:
