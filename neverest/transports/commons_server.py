@@ -211,13 +211,15 @@ Storage and durability
   its new lines only).
 - Work per PUT: the body (at most 256 KiB) is held in memory, then hashed, checked and
   written in one worker thread, at most 16 at once (so writes to different origins overlap
-  their fsync waits).  The signatures of a body with 16 lines or more to verify are checked
-  in a pool of worker processes (``--verify-processes``, one per CPU by default, started at
-  the first such PUT, stopped with the server; each exits by itself if the server is killed):
-  a record's checks hold the GIL for a fifth of their time, so threads would verify at 1.5 ×
-  one core on two and slow the event loop down.  Fewer lines (an update) are verified in the
-  worker thread, at most one per CPU at once.  The file is written, and the PUT answered,
-  only once every line has passed.
+  their fsync waits).  A body with 16 lines or more to verify has them checked (signatures
+  and all) in worker processes (``--verify-processes``, one per CPU by default: ``python -m
+  neverest.transports.commons_verify``, started at the first such PUT, stopped with the
+  server, and each exits by itself when the server is gone, kill -9 included): a record's
+  checks hold the GIL for a fifth of their time, so threads would verify at 1.5 × one core
+  on two and slow the event loop down.  Fewer lines (an update) are verified in the worker
+  thread, at most one per CPU at once.  The file is written, and the PUT answered, only once
+  every line has passed.  A worker that dies or hangs (60 s) costs the PUTs it held a 500
+  and is replaced.
 
 Limits of what the server can promise: a token holder can replace an origin's file
 with an older file of that origin, or with fewer of its records, or an empty one (the
