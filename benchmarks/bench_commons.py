@@ -9,33 +9,48 @@
    - *floor*: the same number of ``GET`` of an origin that has no file (404): what the
      server costs per request before any file work (authentication, rate limit, routing).
 
-   Target (README, "Figures"): ≥ 200 PUT/s.  The server runs with its default rate limits (100/s,
+   Target (README, "Figures"): ≥ 200 PUT/s of new files.  The server runs with its default rate limits (100/s,
    burst 1 100 per token) and every client has its own token, so the limiter's ceiling
    (clients × 100/s) is far above what is measured: the run reports the 429s it saw, which
    must be 0 for the figures to mean anything.  The PUT clients are a minimal HTTP/1.1
    keep-alive client on trio sockets, so that what is measured is the server: httpx costs
    2–7 ms of client CPU a request, which on a 2-CPU machine halves what the server gets.
-   The run reports the CPU the server process used (100 % is one CPU).
+   The run reports the CPU the server used, its verifying processes included (100 % is one CPU).
 
-2. A pull by a client already up to date with 1 000 origins: the requests the protocol
+2. New files, the server's two ways of verifying, in the same run, alternated over
+   ``--rounds`` rounds (medians reported): signatures checked in worker processes (the
+   default) against the same server checking them in its own threads (``--verify-processes
+   0``, how every release before this one worked), each on a fresh server with the same
+   files; and beside them the raw verification rate of the same lines
+   (``commons_protocol.first_bad_line``: the full check of every record) in one process and
+   in one process per CPU, which bounds what any server could do (records/s ÷ 100 = PUT/s).
+   This VM is shared and its speed varies by 2–3 × within minutes: the ratio to the raw rate
+   measured in the same round is the figure that travels, and so is CPU time: the server's
+   CPU per PUT (its worker processes counted) against the raw check's CPU per file; with the
+   cores to itself a server does at most cores ÷ CPU per PUT.
+
+3. A pull by a client already up to date with 1 000 origins: the requests the protocol
    needs, counted by a minimal httpx client that follows the rule of the real one (fetch
    the index with ``If-None-Match``; fetch a file only when its ETag in the index differs
    from the one remembered).  Target: 1 index request and 0 file requests.  Also shown:
    the first (cold) pull, and a pull after one origin changed.  This part runs on a server
    of its own, so that it sees exactly 1 000 files.
 
-    python benchmarks/bench_commons.py [--origins 200] [--clients 16] [--pull-origins 1000] [--json]
+    python benchmarks/bench_commons.py [--origins 200] [--clients 16] [--rounds 5] [--pull-origins 1000] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +60,7 @@ import nacl.signing
 import trio
 
 from neverest.records import origin_of, sign_lesson
+from neverest.transports.commons_protocol import file_lines, first_bad_line
 from neverest.transports.commons_server import etag_of
 
 AT = "2026-04-01T12:00:00.000000Z"
@@ -88,10 +104,34 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def _own_cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and its live descendants (Linux /proc)."""
+    out = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
+                out += _family(int(child))
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time so far of a process and of each of its live descendants (its
+    verifying processes): subtract two readings with ``cpu_used``."""
+    return {p: _own_cpu_seconds(p) for p in _family(pid)}
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(t - before.get(p, 0.0) for p, t in after.items())  # a process born since counts from 0
 
 
 class RawClient:
@@ -191,7 +231,7 @@ async def run_jobs(port: int, server_pid: int, tokens: list[str], jobs: list[Job
         for token in tokens:
             nursery.start_soon(worker, token)
     run.seconds = time.perf_counter() - started
-    run.server_cpu_s = cpu_seconds(server_pid) - cpu_before
+    run.server_cpu_s = cpu_used(cpu_before, cpu_seconds(server_pid))
     return run
 
 
@@ -206,6 +246,8 @@ async def bench_puts(port: int, server_pid: int, tokens: list[str], origins: int
     def path(seed: int) -> str:
         return f"/commons/{origin(seed)}.jsonl"
 
+    # Start the verifying processes first (on demand, at the first PUTs with many lines to verify).
+    await run_jobs(port, server_pid, tokens[:8], new_file_jobs(range(40_001, 40_009)))
     new = await run_jobs(port, server_pid, tokens,
                          [("PUT", path(s), version(s, 0), {"if-none-match": "*"}) for s in pools])
     updates = Run()
@@ -219,6 +261,85 @@ async def bench_puts(port: int, server_pid: int, tokens: list[str], origins: int
             "put_new_files": new.describe(), "put_updates": updates.describe(), "floor_get_404": floor.describe(),
             "target_put_per_s": 200,
             "rate_limited_429": sum(r.statuses.get(429, 0) for r in (new, updates, floor))}
+
+
+def new_file_jobs(seeds: range) -> list[Job]:
+    return [("PUT", f"/commons/{origin(s)}.jsonl", b"".join(line + b"\n" for line in signed(s, range(1, PER_FILE + 1))),
+             {"if-none-match": "*"}) for s in seeds]
+
+
+def _verify_file(job: Job) -> int:
+    _, path, data, _ = job
+    lines = file_lines(data)
+    assert first_bad_line(path[9:25], lines) is None
+    return len(lines)
+
+
+def raw_verify_cpu_ms(jobs: list[Job]) -> float:
+    """CPU time of the full check of one file of ``jobs``, in this process: unlike a rate, it
+    hardly depends on what else the machine runs."""
+    started = time.process_time()
+    for job in jobs:
+        _verify_file(job)
+    return 1000 * (time.process_time() - started) / len(jobs)
+
+
+def raw_verify_rate(jobs: list[Job], processes: int) -> float:
+    """Records/s of the full check of every line of ``jobs``' bodies: in this process
+    (``processes`` 0), or spread over that many worker processes (started before timing)."""
+    if processes == 0:
+        started = time.perf_counter()
+        records = sum(_verify_file(job) for job in jobs)
+        return records / (time.perf_counter() - started)
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_verify_file, jobs[:processes * 2]))  # start and warm every worker
+        started = time.perf_counter()
+        records = sum(pool.map(_verify_file, jobs))
+        return records / (time.perf_counter() - started)
+
+
+def compare_new_files(folder: Path, tokens: list[str], origins: int, rounds: int) -> dict[str, Any]:
+    """New-file PUT/s with verification in processes against threads, and the raw verify rate,
+    alternated over ``rounds`` rounds on fresh servers: the medians."""
+    jobs = new_file_jobs(range(20_001, 20_001 + origins))
+    # Concurrent first PUTs start every verifying process before timing (they start on demand).
+    warm = new_file_jobs(range(30_001, 30_009))
+    modes = {"processes": (), "threads": ("--verify-processes", "0")}
+    seen: dict[str, list[Run]] = {mode: [] for mode in modes}
+    raw: dict[str, list[float]] = {"one_process": [], "per_cpu_processes": []}
+    raw_cpu_ms: list[float] = []
+    for round_ in range(rounds):
+        order = list(modes) if round_ % 2 == 0 else list(reversed(modes))
+        for mode in order:
+            proc, url = start_server(folder / f"{mode}-{round_}", tokens, *modes[mode])
+            try:
+                port = int(url.rpartition(":")[2])
+                trio.run(run_jobs, port, proc.pid, tokens[:len(warm)], warm)
+                seen[mode].append(trio.run(run_jobs, port, proc.pid, tokens, jobs))
+            finally:
+                stop_server(proc)
+        raw["one_process"].append(raw_verify_rate(jobs, 0))
+        raw_cpu_ms.append(raw_verify_cpu_ms(jobs))
+        raw["per_cpu_processes"].append(raw_verify_rate(jobs, os.cpu_count() or 1))
+    out: dict[str, Any] = {"rounds": rounds, "origins": origins}
+    for mode, runs in seen.items():
+        rates = [r.per_s for r in runs]
+        out[mode] = {"per_s": [round(x, 1) for x in rates], "median_per_s": round(statistics.median(rates), 1),
+                     "median_server_cpu_percent": round(statistics.median(
+                         100 * r.server_cpu_s / r.seconds for r in runs)),
+                     "median_server_cpu_ms_per_put": round(statistics.median(
+                         1000 * r.server_cpu_s / r.requests for r in runs), 2),
+                     "statuses": [r.statuses for r in runs]}
+    for name, rates in raw.items():
+        out[f"raw_verify_{name}"] = {"records_per_s": [round(x) for x in rates],
+                                     "median_records_per_s": round(statistics.median(rates)),
+                                     "median_put_per_s_bound": round(statistics.median(rates) / PER_FILE, 1)}
+    out["raw_verify_cpu_ms_per_file"] = round(statistics.median(raw_cpu_ms), 2)
+    out["median_ratio_processes_to_threads"] = round(statistics.median(
+        p.per_s / t.per_s for p, t in zip(seen["processes"], seen["threads"], strict=True)), 2)
+    out["median_ratio_processes_to_raw_per_cpu"] = round(statistics.median(
+        p.per_s * PER_FILE / r for p, r in zip(seen["processes"], raw["per_cpu_processes"], strict=True)), 2)
+    return out
 
 
 def response_bytes(response: httpx.Response) -> int:
@@ -280,6 +401,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Benchmarks of the HTTP commons server on 127.0.0.1.")
     parser.add_argument("--origins", type=int, default=200, help="origins pushing 100-record files (default 200)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients, one token each (default 16)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of the processes-against-threads comparison (default 5; 0: skip it)")
     parser.add_argument("--pull-origins", type=int, default=1000, help="files on the pull's server (default 1000)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -290,6 +413,8 @@ def main() -> None:
             result = trio.run(bench_puts, int(url.rpartition(":")[2]), proc.pid, tokens, args.origins)
         finally:
             stop_server(proc)
+        if args.rounds > 0:
+            result["compare"] = compare_new_files(Path(tmp) / "compare", tokens, args.origins, args.rounds)
         # One token fills the pull's server (1 000 PUTs) and then pulls it all (1 001 GETs): past
         # the default burst.  What is measured is the requests the protocol needs, not the limiter.
         proc, url = start_server(Path(tmp) / "pull", tokens, "--rate", "0")
@@ -308,7 +433,24 @@ def main() -> None:
         r = result[name]
         print(f"  {label:40s} {r['requests']:5d} requests in {r['seconds']:6.2f} s = {r['per_s']:6.1f}/s, "
               f"server CPU {r['server_cpu_percent']:3d} %  {r['statuses']}")
-    print("  target: ≥ 200 PUT/s")
+    print("  target: ≥ 200 PUT/s of new files")
+    if "compare" in result:
+        c = result["compare"]
+        print(f"new files, {c['rounds']} alternated rounds of {c['origins']} PUTs on fresh servers (medians):")
+        for mode, label in [("processes", "verified in worker processes (default)"),
+                            ("threads", "verified in the server's threads (before)")]:
+            r = c[mode]
+            print(f"  {label:42s} {r['median_per_s']:6.1f} PUT/s, server CPU {r['median_server_cpu_percent']:3d} % "
+                  f"= {r['median_server_cpu_ms_per_put']:4.1f} ms a PUT  "
+                  f"(rounds: {', '.join(f'{x:.0f}' for x in r['per_s'])})")
+        for name, label in [("one_process", "raw verify, one process"),
+                            ("per_cpu_processes", f"raw verify, {result['cpus']} processes")]:
+            r = c[f"raw_verify_{name}"]
+            print(f"  {label:42s} {r['median_records_per_s']:6d} records/s = {r['median_put_per_s_bound']:6.1f} "
+                  f"files/s  (rounds: {', '.join(str(x) for x in r['records_per_s'])})")
+        print(f"  raw verify CPU a file: {c['raw_verify_cpu_ms_per_file']:.1f} ms (one process)")
+        print(f"  processes ÷ threads: {c['median_ratio_processes_to_threads']} ×; "
+              f"processes ÷ raw verify on every CPU: {c['median_ratio_processes_to_raw_per_cpu']} ×")
     p = result["pull"]
     print(f"pull with {p['origins']} origins (index with If-None-Match, files only when their ETag changed):")
     for name in ("cold", "up_to_date", "one_changed"):

@@ -26,7 +26,7 @@ import trio
 from neverest.clock import FixedClock, iso
 from neverest.peers import directory as peer_directory
 from neverest.records import canonical, origin_of, sign_lesson
-from neverest.transports import commons_directory, commons_storage
+from neverest.transports import commons_directory, commons_storage, commons_verify
 from neverest.transports.announce import sign_announcement
 from neverest.transports.commons_server import (
     MAX_FILE_BYTES,
@@ -35,10 +35,12 @@ from neverest.transports.commons_server import (
     CommonsServerError,
     Limits,
     RateLimiter,
+    Refusal,
     etag_of,
     main,
     serve,
 )
+from neverest.transports.commons_verify import Verifier, VerifierError
 
 TOKEN_A = "token-a-0123456789abcdef"
 TOKEN_B = "token-b-0123456789abcdef"
@@ -437,6 +439,173 @@ async def test_failures_on_our_side_are_500_or_507_and_change_nothing(server: Se
     assert await snapshot(server, 1) == before
 
 
+# -- verification in worker processes ------------------------------------------------------------
+
+
+def _pooled(**kw: Any) -> Limits:
+    """Limits under which every body with a line to verify goes to the verifying processes."""
+    return Limits(body_timeout_s=1.0, verify_processes=2, verify_min_lines=1, **kw)
+
+
+async def test_the_verifying_processes_refuse_what_the_threads_refuse(start: Start) -> None:
+    server = await start(_pooled())
+    v1 = body(1, range(1, 4))
+    etag = (await put(server, 1, v1)).headers["etag"]
+    before = await snapshot(server, 1)
+    for name, make, status, error, reason in REFUSALS:
+        answer = await put(server, 1, make(), if_match=etag)
+        assert answer.status_code == status, (name, answer.text)
+        assert answer.json()["error"] == error, name
+        if reason is not None:
+            assert answer.json()["reason"] == reason and answer.json()["line"] >= 1, name
+    # The line named is the one a thread would name, counted over the whole body.
+    answer = await put(server, 1, body(1, range(1, 30)) + body(2, [1]), if_match=etag)
+    assert answer.json()["line"] == 30 and answer.json()["reason"] == "other-origin"
+    assert await snapshot(server, 1) == before
+    assert stored_files(server.data / "commons") == [f"{origin(1)}.jsonl"]
+    assert child_pids(os.getpid())  # the checks above were made in worker processes
+    big = body(1, range(1, 41))
+    assert (await put(server, 1, big, if_match=etag)).status_code == 200
+    assert (await snapshot(server, 1))[1] == big
+
+
+async def test_conditional_puts_verified_in_processes_are_still_atomic(start: Start) -> None:
+    server = await start(_pooled())
+    statuses: list[int] = []
+
+    async def create(w: int) -> None:
+        statuses.append((await put(server, 3, body(3, [w + 1, *range(40, 60)]), if_none_match="*")).status_code)
+
+    async with trio.open_nursery() as nursery:
+        for w in range(6):
+            nursery.start_soon(create, w)
+    assert sorted(statuses) == [201] + [412] * 5
+    etag = (await snapshot(server, 3))[2]
+    assert etag is not None
+    for round_ in range(3):
+        writers = [body(3, [100 * round_ + w + 1, *range(40, 60)]) for w in range(6)]
+        results: list[tuple[int, bytes]] = []
+
+        async def write(data: bytes, etag: str = etag, results: list[tuple[int, bytes]] = results) -> None:
+            results.append(((await put(server, 3, data, if_match=etag)).status_code, data))
+
+        async with trio.open_nursery() as nursery:
+            for data in writers:
+                nursery.start_soon(write, data)
+        assert sorted(status for status, _ in results) == [200] + [412] * 5
+        [winner] = [data for status, data in results if status == 200]
+        _, stored, etag_now, index = await snapshot(server, 3)
+        assert stored == winner and etag_now == etag_of(winner) and index[0]["etag"] == etag_now
+        assert etag_now is not None
+        etag = etag_now
+
+
+async def test_limits_hold_under_concurrent_puts(start: Start) -> None:
+    # max_origins: of 8 new origins pushed at once, exactly 3 are stored.
+    server = await start(_pooled(max_origins=3))
+    statuses: list[int] = []
+
+    async def create(i: int) -> None:
+        statuses.append((await put(server, i, body(i, range(1, 21)))).status_code)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(1, 9):
+            nursery.start_soon(create, i)
+    assert sorted(statuses) == [201] * 3 + [507] * 5
+    assert len(stored_files(server.data / "commons")) == 3
+    async with server.client() as http:
+        assert len((await http.get("/commons/index")).json()) == 3
+    await server.stop()
+
+    # The per-token rate limit: of 10 PUTs sent at once with a burst of 4, 4 get through.
+    now = [0.0]
+    server = await start(_pooled(rate_per_s=0.001, burst=4.0), data=server.data.parent / "data2",
+                         monotonic=lambda: now[0])
+    statuses = []
+
+    async def push(i: int) -> None:
+        statuses.append((await put(server, i, body(i, range(1, 21)))).status_code)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(1, 11):
+            nursery.start_soon(push, i)
+    assert sorted(statuses) == [201] * 4 + [429] * 6
+
+
+def test_the_verifier_checks_in_threads_below_its_threshold_and_starts_processes_lazily() -> None:
+    verifier = Verifier(processes=1, min_lines=5)
+    try:
+        lines = list(enumerate([record(1, s) for s in range(1, 5)], 1))
+        verifier.check(origin(1), lines)  # 4 lines: checked in this thread
+        assert not verifier.started
+        with pytest.raises(Refusal) as refused:
+            verifier.check(origin(2), lines)
+        assert refused.value.extra == {"line": 1, "reason": "other-origin"}
+        assert not verifier.started
+        verifier.check(origin(1), [*lines, (5, record(1, 5))])  # 5 lines: in a worker process
+        assert verifier.started
+        with pytest.raises(Refusal) as refused:
+            verifier.check(origin(1), [*lines, (5, _unsigned())])
+        assert refused.value.extra == {"line": 5, "reason": "bad-signature"}
+    finally:
+        verifier.close()
+    assert not verifier.started
+    with pytest.raises(VerifierError):
+        verifier.check(origin(1), [*lines, (5, record(1, 5))])
+
+
+
+def test_a_verifying_process_that_dies_is_replaced() -> None:
+    verifier = Verifier(processes=1, min_lines=1)
+    lines = list(enumerate([record(1, s) for s in range(1, 4)], 1))
+    try:
+        verifier.check(origin(1), lines)
+        [first] = verifier.pids()
+        os.kill(first, signal.SIGKILL)
+        # Reaped (not merely a zombie) means its reader has seen the end of its pipe and marked it dead.
+        wait_until(lambda: not Path(f"/proc/{first}").exists(), "the killed worker was not reaped")
+        verifier.check(origin(1), lines)  # by a new worker
+        [second] = verifier.pids()
+        assert second != first
+        with pytest.raises(Refusal):
+            verifier.check(origin(2), lines)
+    finally:
+        verifier.close()
+    assert not alive(second)  # closed: it finished and exited
+
+
+def test_a_stuck_verifying_process_is_killed_and_frees_every_request_it_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commons_verify, "VERIFY_TIMEOUT_S", 1.0)
+    verifier = Verifier(processes=1, min_lines=1)
+    # Over a pipe's 64 KiB: the second request blocks in its write while the worker is stuck.
+    lines = list(enumerate([record(1, s) for s in range(1, 201)], 1))
+    verifier.check(origin(1), lines)
+    [stuck] = verifier.pids()
+    try:
+        os.kill(stuck, signal.SIGSTOP)
+        failures: list[BaseException] = []
+
+        def check() -> None:
+            try:
+                verifier.check(origin(1), lines)
+            except VerifierError as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=check) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)  # no request is left hanging
+        assert len(failures) == 2
+        wait_until(lambda: not Path(f"/proc/{stuck}").exists(), "the stuck worker was not killed and reaped")
+        verifier.check(origin(1), lines)  # a new worker takes over
+    finally:
+        verifier.close()
+        for pid in child_pids(os.getpid()) & {stuck}:  # a failed run must not leave it stopped forever
+            os.kill(pid, signal.SIGKILL)
+
+
 # -- limits ----------------------------------------------------------------------------------------
 
 
@@ -738,5 +907,111 @@ def test_kill_9_under_a_stream_of_puts(process_dir: tuple[Path, Path, Path, list
             assert index[origin(i)]["etag"] == got.headers["etag"] == etag_of(got.content)
             assert index[origin(i)]["records"] == (8 if got.content == versions[i][0] else 12)
     assert stored_files(data / "commons") == sorted(f"{origin(i)}.jsonl" for i in writers)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
+def child_pids(pid: int) -> set[int]:
+    """The live children of a process (Linux /proc)."""
+    out: set[int] = set()
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            out |= {int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def none_alive(pids: set[int]) -> bool:
+    return not any(alive(pid) for pid in pids)
+
+
+def wait_until(condition: Callable[[], bool], what: str, within_s: float = 20.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_verifying_processes_start_on_demand_and_never_outlive_the_server(
+        process_dir: tuple[Path, Path, Path, list[subprocess.Popen[bytes]]]) -> None:
+    data, tokens, log, procs = process_dir
+    for stop in ("SIGTERM", "SIGKILL"):
+        proc, url = start_process(data, tokens, log)
+        procs.append(proc)
+        i = 1 if stop == "SIGTERM" else 2
+        with httpx.Client(base_url=url, headers=auth(), timeout=30) as http:
+            assert http.put(f"/commons/{origin(i)}.jsonl", content=body(i, [1])).status_code == 201
+            assert child_pids(proc.pid) == set()  # one line to verify: no process started for it
+            assert http.put(f"/commons/{origin(i)}.jsonl", content=body(i, range(1, 41))).status_code == 200
+        workers = child_pids(proc.pid)
+        assert workers  # 39 new lines: verified in a worker process, started for it
+        if stop == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+            assert none_alive(workers)  # stopped and reaped before the server exited
+        else:
+            kill9(proc)
+            # Orphans now: each notices its server is gone and exits by itself.
+            wait_until(functools.partial(none_alive, workers), "a verifying process outlived its server")
+
+
+def test_an_acknowledged_put_survives_kill_9(
+        process_dir: tuple[Path, Path, Path, list[subprocess.Popen[bytes]]]) -> None:
+    """Writers create new origins (verified in the worker processes) and update their own
+    (verified in threads) until the server is killed; every answer 200/201 they got must be on
+    disk after a restart, byte for byte, or be followed by the one PUT they had in flight."""
+    data, tokens, log, procs = process_dir
+    proc, url = start_process(data, tokens, log)
+    procs.append(proc)
+    writers = range(1, 5)
+    seeds = {w: range(10 * w, 10 * w + 10) for w in writers}  # each writer's new origins, in order
+    acked: dict[str, bytes] = {}  # origin -> the last version answered 200/201
+    in_flight: dict[str, bytes] = {}  # origin -> a version sent and not answered
+    done = [0]
+
+    def write(w: int) -> None:
+        with httpx.Client(base_url=url, headers=auth(), timeout=30) as http:
+            for i in seeds[w]:
+                versions = [body(i, range(v, v + 20)) for v in range(1, 5)]
+                for n, version in enumerate(versions):
+                    in_flight[origin(i)] = version
+                    headers = {"if-none-match": "*"} if n == 0 else {"if-match": etag_of(versions[n - 1])}
+                    try:
+                        answer = http.put(f"/commons/{origin(i)}.jsonl", content=version, headers=headers)
+                    except httpx.HTTPError:
+                        return  # the server is gone
+                    assert answer.status_code == (201 if n == 0 else 200), answer.text
+                    acked[origin(i)] = version
+                    del in_flight[origin(i)]
+                    done[0] += 1
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in writers]
+    for t in threads:
+        t.start()
+    wait_until(lambda: done[0] >= 30, "the writers made no progress")
+    kill9(proc)
+    for t in threads:
+        t.join(timeout=30)
+    assert len(acked) >= 5
+    proc, url = start_process(data, tokens, log)
+    procs.append(proc)
+    with httpx.Client(base_url=url, headers=auth(), timeout=10) as http:
+        index = {e["origin"]: e for e in http.get("/commons/index").json()}
+        for o, version in acked.items():
+            got = http.get(f"/commons/{o}.jsonl").content
+            assert got == version or got == in_flight.get(o), o
+            assert index[o]["etag"] == etag_of(got)
+        # An origin never acknowledged is absent, or whole if its first PUT was written.
+        for o in set(index) - set(acked):
+            assert http.get(f"/commons/{o}.jsonl").content == in_flight[o]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0

@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,6 +59,7 @@ from neverest.transports.commons_storage import (
     read_file,
     scan,
 )
+from neverest.transports.commons_verify import PROCESS_MIN_LINES, Verifier, default_processes
 
 MAX_ORIGINS: Final = 10_000
 DEFAULT_RATE_PER_S: Final = 100.0
@@ -95,6 +96,10 @@ class Limits:
     auth_failure_burst: float = DEFAULT_AUTH_FAILURE_BURST
     # Addresses of reverse proxies whose X-Forwarded-For names the client (its last entry).
     trusted_proxies: frozenset[str] = frozenset()
+    # Worker processes that verify PUT bodies of at least ``verify_min_lines`` lines to check
+    # (``commons_verify``); 0: verify in the server's own threads.
+    verify_processes: int = field(default_factory=default_processes)
+    verify_min_lines: int = PROCESS_MIN_LINES
 
 
 def client_address(scope: Scope, headers: Mapping[bytes, bytes], trusted_proxies: frozenset[str]) -> str:
@@ -142,10 +147,12 @@ class CommonsApp:
         self._origin_locks: dict[str, trio.Lock] = {}
         self._creating = 0  # new origins being written: they count against max_origins already
         self._directory_write = trio.Lock()
-        # Threads that verify and write PUT bodies.  Enough for writes to different origins to
-        # overlap their fsync waits; few enough that verifiers do not crowd the event loop out
-        # of the GIL, and that bodies held at once stay bounded (16 × 256 KiB).
+        # Threads that check and write PUT bodies (the verification itself mostly in the
+        # verifier's processes).  Enough for writes to different origins to overlap their fsync
+        # waits and to keep every verifying process busy; few enough that bodies held at once
+        # stay bounded (16 × 256 KiB).
         self._workers = trio.CapacityLimiter(WORKER_THREADS)
+        self.verifier = Verifier(limits.verify_processes, limits.verify_min_lines)
         self._tokens_generation = tokens.generation
 
     @classmethod
@@ -176,7 +183,9 @@ class CommonsApp:
                    lock_fd=lock_fd, entries=entries, directory=directory)
 
     def close(self) -> None:
-        """Release the data folder's lock (another server may then use it)."""
+        """Stop the verifying processes and release the data folder's lock (another server may
+        then use it)."""
+        self.verifier.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -360,7 +369,8 @@ class CommonsApp:
                 # One trip to a thread for the hash, the verification and the write: each trip
                 # costs the event loop a GIL hand-over, and a PUT is on the hot path.
                 outcome = await trio.to_thread.run_sync(
-                    check_and_write, origin, path, body, held.etag if held else None, limiter=self._workers)
+                    check_and_write, origin, path, body, held.etag if held else None, self.verifier,
+                    limiter=self._workers)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise Refusal(507, "no-space", "the server's disk is full") from None

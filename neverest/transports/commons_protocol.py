@@ -124,13 +124,9 @@ def record_lines(data: bytes) -> list[tuple[int, bytes | None]]:
             if line is None or line.strip()]
 
 
-def check_file(origin: str, body: bytes, known: Iterable[bytes] = ()) -> int:
-    """Check a PUT body for ``origin``; the number of records, or a Refusal.
-
-    ``known`` are lines already verified for this origin (those of the stored file): a
-    line repeated byte for byte is not verified again, since the verdict is a function
-    of the bytes alone.  Blocking (it verifies signatures): run it in a thread.
-    """
+def file_lines(body: bytes) -> list[tuple[int, bytes | None]]:
+    """The record lines of a PUT body after the checks that cost no verification (UTF-8, the
+    number of records); raises Refusal."""
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -138,14 +134,48 @@ def check_file(origin: str, body: bytes, known: Iterable[bytes] = ()) -> int:
     lines = record_lines(body)
     if len(lines) > MAX_RECORDS:
         raise Refusal(413, "too-many-records", f"{len(lines)} records; a file holds at most {MAX_RECORDS}")
-    verified = set(known)
-    fresh = [(n, line) for n, line in lines if line is None or line not in verified]
-    for number, result in parse_many(fresh):
+    return lines
+
+
+BadLine = tuple[int, str, str]  # line number (from 1), reason code, message
+
+
+def first_bad_line(origin: str, lines: Iterable[tuple[int, bytes | None]]) -> BadLine | None:
+    """The first of ``lines`` that is not a valid record of ``origin``, or None when all are.
+
+    Blocking (it verifies signatures).  Plain data in and out, so that it can run in
+    another process (``commons_verify``); ``bad_record`` makes the Refusal of its answer.
+    """
+    for number, result in parse_many(lines):
         if isinstance(result, RecordError):
-            raise Refusal(422, "bad-record", f"line {number}: {result}",
-                          extra={"line": number, "reason": result.code})
+            return number, result.code, str(result)
         if result.origin != origin:
-            raise Refusal(422, "bad-record",
-                          f"line {number}: other-origin: the record is signed by {result.origin}, "
-                          f"and this file is {origin}'s", extra={"line": number, "reason": "other-origin"})
+            return number, "other-origin", (f"other-origin: the record is signed by {result.origin}, "
+                                            f"and this file is {origin}'s")
+    return None
+
+
+def bad_record(bad: BadLine) -> Refusal:
+    number, reason, message = bad
+    return Refusal(422, "bad-record", f"line {number}: {message}", extra={"line": number, "reason": reason})
+
+
+def fresh_lines(lines: list[tuple[int, bytes | None]], known: Iterable[bytes]) -> list[tuple[int, bytes | None]]:
+    """The lines still to verify: ``known`` are lines already verified for this origin (those of
+    the stored file), and a line repeated byte for byte is not verified again, since the
+    verdict is a function of the bytes alone."""
+    verified = known if isinstance(known, (set, frozenset)) else set(known)
+    return [(n, line) for n, line in lines if line is None or line not in verified]
+
+
+def check_file(origin: str, body: bytes, known: Iterable[bytes] = ()) -> int:
+    """Check a PUT body for ``origin``; the number of records, or a Refusal.
+
+    ``known``: lines already verified for this origin (see ``fresh_lines``).  Blocking (it
+    verifies signatures): run it in a thread.
+    """
+    lines = file_lines(body)
+    bad = first_bad_line(origin, fresh_lines(lines, known))
+    if bad is not None:
+        raise bad_record(bad)
     return len(lines)

@@ -28,7 +28,9 @@ default 100; 0 disables the limiter), ``--burst B`` (default 1 100), ``--body-ti
 (default 30), ``--max-origins N`` (default 10 000), ``--auth-failure-rate R`` (failed
 authentications per second per client address, default 1/6; 0 disables the limit),
 ``--auth-failure-burst B`` (default 20), ``--trusted-proxy ADDR`` (repeatable: a reverse
-proxy whose ``X-Forwarded-For`` names the client).  Exit status: 0 after a signal,
+proxy whose ``X-Forwarded-For`` names the client), ``--verify-processes N`` (worker
+processes that verify PUT bodies, default one per CPU; 0 verifies in the server's threads).
+Exit status: 0 after a signal,
 1 when the server cannot start (the message says why), 2 for a usage error.  Once
 listening it logs ``commons server listening on http://HOST:PORT`` to standard error.
 The server speaks plain HTTP: bearer tokens travel in the clear, so across untrusted
@@ -207,10 +209,17 @@ Storage and durability
   file are not verified again when a PUT repeats them byte for byte (a memory's new
   version mostly repeats its previous one, so an update costs the verification of
   its new lines only).
-- Work per PUT: the body (at most 256 KiB) is held in memory, then hashed, verified and
-  written in one worker thread, at most 16 at once (so writes to different origins
-  overlap their fsync waits) and at most one verifying per CPU (more would only queue
-  for the GIL).
+- Work per PUT: the body (at most 256 KiB) is held in memory, then hashed, checked and
+  written in one worker thread, at most 16 at once (so writes to different origins overlap
+  their fsync waits).  A body with 16 lines or more to verify has them checked (signatures
+  and all) in worker processes (``--verify-processes``, one per CPU by default: ``python -m
+  neverest.transports.commons_verify``, started at the first such PUT, stopped with the
+  server, and each exits by itself when the server is gone, kill -9 included): a record's
+  checks hold the GIL for a fifth of their time, so threads would verify at 1.5 × one core
+  on two and slow the event loop down.  Fewer lines (an update) are verified in the worker
+  thread, at most one per CPU at once.  The file is written, and the PUT answered, only once
+  every line has passed.  A worker that dies or hangs (60 s) costs the PUTs it held a 500
+  and is replaced.
 
 Limits of what the server can promise: a token holder can replace an origin's file
 with an older file of that origin, or with fewer of its records, or an empty one (the
@@ -256,6 +265,7 @@ from neverest.transports.commons_protocol import (
     not_modified,
 )
 from neverest.transports.commons_storage import Entry, scan
+from neverest.transports.commons_verify import default_processes
 
 # What this module offered before the split, kept for its importers.
 __all__ = [
@@ -301,19 +311,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"(default {DEFAULT_AUTH_FAILURE_BURST:g})")
     parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
                         help="a reverse proxy whose X-Forwarded-For names the client (repeatable)")
+    parser.add_argument("--verify-processes", type=int, default=default_processes(), metavar="N",
+                        help="worker processes that verify large PUT bodies (default: one per CPU, "
+                             f"{default_processes()} here; 0: verify in the server's threads)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.body_timeout <= 0 or args.max_origins < 1 or args.burst < 1 or args.auth_failure_burst < 1:
-        print("neverestd commons: --body-timeout must be > 0, --max-origins, --burst and --auth-failure-burst ≥ 1",
-              file=sys.stderr)
+    if (args.body_timeout <= 0 or args.max_origins < 1 or args.burst < 1 or args.auth_failure_burst < 1
+            or args.verify_processes < 0):
+        print("neverestd commons: --body-timeout must be > 0, --max-origins, --burst and --auth-failure-burst ≥ 1, "
+              "--verify-processes ≥ 0", file=sys.stderr)
         return 2
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     limits = Limits(rate_per_s=args.rate, burst=args.burst, body_timeout_s=args.body_timeout,
                     max_origins=args.max_origins, auth_failure_rate_per_s=args.auth_failure_rate,
-                    auth_failure_burst=args.auth_failure_burst, trusted_proxies=frozenset(args.trusted_proxy))
+                    auth_failure_burst=args.auth_failure_burst, trusted_proxies=frozenset(args.trusted_proxy),
+                    verify_processes=args.verify_processes)
     try:
         app = CommonsApp.open(Path(args.data).expanduser(), Path(args.tokens).expanduser(), limits=limits)
     except CommonsServerError as exc:

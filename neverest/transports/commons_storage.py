@@ -16,7 +16,6 @@ import fcntl
 import logging
 import os
 import re
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Any, Final
 from neverest.clock import iso
 from neverest.files import atomic_write
 from neverest.transports.commons_auth import CommonsServerError
-from neverest.transports.commons_protocol import check_file, etag_of, record_lines
+from neverest.transports.commons_protocol import etag_of, file_lines, fresh_lines, record_lines
+from neverest.transports.commons_verify import Verifier
 
 COMMONS_FOLDER: Final = "commons"
 LOCK_FILE: Final = ".lock"
@@ -100,13 +100,7 @@ def _write(path: Path, data: bytes) -> os.stat_result:
     return os.stat(path)
 
 
-# Verification is CPU work; PyNaCl releases the GIL for the Ed25519 part only.  More verifying
-# threads than CPUs only queue for the GIL, and each Ed25519 call that gives it back then waits
-# a switch interval to get it again: one verifier per CPU is the fastest (measured).
-_VERIFIERS = threading.BoundedSemaphore(os.cpu_count() or 2)
-
-
-def check_and_write(origin: str, path: Path, body: bytes, held_etag: str | None
+def check_and_write(origin: str, path: Path, body: bytes, held_etag: str | None, verifier: Verifier
                     ) -> tuple[int, str, os.stat_result] | None:
     """Check a PUT body and store it: (records, ETag, the file's stat), or None when these very
     bytes are stored already (nothing to write).  Raises Refusal.  Blocking: run it in a thread,
@@ -114,9 +108,9 @@ def check_and_write(origin: str, path: Path, body: bytes, held_etag: str | None
     etag = etag_of(body)  # hashlib releases the GIL on large buffers: cheap here, not in the event loop
     if etag == held_etag:
         return None
-    with _VERIFIERS:
-        count = check_file(origin, body, _known_lines(path))
-    return count, etag, _write(path, body)
+    lines = file_lines(body)
+    verifier.check(origin, fresh_lines(lines, _known_lines(path)) if held_etag is not None else lines)
+    return len(lines), etag, _write(path, body)
 
 
 def scan(folder: Path) -> dict[str, Entry]:
