@@ -458,6 +458,13 @@ def _finish(batch: list[tuple[Any, Record | RecordError, bytes, bytes]]) -> Iter
         yield tag, record
 
 
+def verdicts(lines: list[bytes | None]) -> list[list[str] | None]:
+    """``parse_many`` as plain data, for a verifying process (``verify_pool``): per line ``None``
+    (a valid record) or ``[reason, message]``."""
+    return [None if isinstance(item, Record) else [item.code, item.message]
+            for _, item in parse_many((None, line) for line in lines)]
+
+
 def verified(raw: bytes) -> Record:
     """The Record of bytes that ``parse`` accepted elsewhere (a verifying process,
     ``verify_pool``): the fields read again without the checks.  Never call it on bytes

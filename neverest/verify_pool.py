@@ -43,13 +43,18 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypeVar
 
 import msgpack
+
+from neverest import records
+from neverest.records import REASONS, Record, RecordError
+
+T = TypeVar("T")
 
 # Requests a worker holds at once: the one it runs and the next, waiting in its pipe.
 PIPELINE: Final = 2
@@ -65,7 +70,12 @@ DEFAULT_TIMEOUT_S: Final = 60.0
 JOBS: Final = {
     "commons-file": "neverest.transports.commons_protocol:first_bad_line",
     "receive-batch": "neverest.memory.verify_job:verify_batch",
+    "verify-lines": "neverest.records:verdicts",
 }
+# Lines per request of ``parse_many``, and the fewest it sends to a worker rather than verify
+# itself (measured: benchmarks/bench_receive.py --threshold).
+BATCH_LINES: Final = 128
+MIN_LINES: Final = 32
 
 _LENGTH = struct.Struct(">I")
 
@@ -271,6 +281,54 @@ class VerifyPool:
             worker.stop(kill=False)
         for worker in workers:
             worker.join(timeout_s=10.0)
+
+
+def refusal(verdict: Any) -> RecordError | None:
+    """The RecordError a worker's verdict names (None: the record is valid); VerifierError when
+    it is neither (the worker read hostile bytes: what it says is data to check)."""
+    if verdict is None:
+        return None
+    if isinstance(verdict, list) and len(verdict) == 2 and verdict[0] in REASONS and isinstance(verdict[1], str):
+        return RecordError(verdict[0], verdict[1])
+    raise VerifierError("a verifying process answered something that is not a verdict")
+
+
+def parse_many(pool: VerifyPool | None, lines: Iterable[tuple[T, bytes | None]], *, min_lines: int = MIN_LINES
+               ) -> Iterator[tuple[T, Record | RecordError]]:
+    """``records.parse_many`` with the pool's cores: batches of ``BATCH_LINES`` lines go to the
+    workers (the last one too when it has at least ``min_lines``), up to two per worker at once,
+    and come back in order.  ``pool`` None: all in this process."""
+    if pool is None:
+        yield from records.parse_many(lines)
+        return
+    out: collections.deque[tuple[list[tuple[T, bytes | None]], Job | None]] = collections.deque()
+
+    def take() -> Iterator[tuple[T, Record | RecordError]]:
+        batch, job = out.popleft()
+        if job is None:
+            yield from records.parse_many(batch)
+            return
+        answer = job.result()
+        if not isinstance(answer, list) or len(answer) != len(batch):
+            raise VerifierError("a verifying process answered something that is not a batch's verdicts")
+        for (tag, line), verdict in zip(batch, answer, strict=True):
+            error = refusal(verdict)
+            if error is None and line is None:
+                raise VerifierError("a verifying process accepted a line too large to hold")
+            yield tag, error if error is not None else records.verified(line)  # type: ignore[arg-type]
+
+    batch: list[tuple[T, bytes | None]] = []
+    for tag, line in lines:
+        batch.append((tag, line))
+        if len(batch) == BATCH_LINES:
+            out.append((batch, pool.submit("verify-lines", [b for _, b in batch])))
+            batch = []
+            while len(out) > 2 * pool.processes:
+                yield from take()
+    if batch:
+        out.append((batch, pool.submit("verify-lines", [b for _, b in batch]) if len(batch) >= min_lines else None))
+    while out:
+        yield from take()
 
 
 _shared: VerifyPool | None = None

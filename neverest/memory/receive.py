@@ -56,15 +56,18 @@ from neverest.memory.embed import (
 )
 from neverest.memory.queries import lessons
 from neverest.memory.store import Store
-from neverest.records import REASONS, Record, RecordError, parse_many, verified
+from neverest.records import Record, RecordError, parse_many, verified
 from neverest.verify_pool import Job, VerifierError, VerifyPool, default_processes
 
 CANDIDATE_STRENGTH: Final = 0.5
-# Records per transaction, and lines per request to a verifying process.
+# Records per transaction.
 _BATCH: Final = 500
+# Lines per verification batch (one request to a verifying process): small enough that the
+# first answer comes back soon and the store starts while the next batches are verified.
+_VERIFY_BATCH: Final = verify_pool.BATCH_LINES
 # A batch with fewer lines than this to verify is verified in this process: below it, the trip
 # to a worker and back costs more than the work it saves (measured: bench_receive.py --threshold).
-POOL_MIN_LINES: Final = 32
+POOL_MIN_LINES: Final = verify_pool.MIN_LINES
 
 
 @dataclass
@@ -208,7 +211,7 @@ class Receiver:
     One receiver per sync keeps one meaning index and one transaction per batch, however
     many small files or peers the records came from: ``receive`` it all, then ``close``.
 
-    The lines go through in batches of up to ``_BATCH``: those already held are skipped with
+    The lines go through in batches of up to ``_VERIFY_BATCH``: those already held are skipped with
     one query per batch; a batch of at least ``pool_min_lines`` left to verify goes to a
     worker process (``verify_pool``), which also embeds its lessons' sentences, while this
     process stores the batch before it; smaller ones are verified here.  Batches are taken
@@ -228,12 +231,13 @@ class Receiver:
         self._pool_min_lines = max(1, pool_min_lines)
         self._out: collections.deque[_Batch] = collections.deque()
         self._most_out = 2 * pool.processes if pool is not None else 0
+        self.origins: set[str] = set()  # of every record that reached the store (gossip/view.py)
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit
         (all of it once the receiver is closed)."""
         result = ReceiveResult()
-        for chunk in _chunks(lines, _BATCH):
+        for chunk in _chunks(lines, _VERIFY_BATCH):
             fresh = self._unseen(chunk, result)
             if not fresh:
                 continue
@@ -309,6 +313,7 @@ class Receiver:
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
             return "future"
+        self.origins.add(item.origin)
         outcome = holdings.put(db, item, source=source, now=self.now)
         if outcome == "duplicate":
             result.duplicates += 1
@@ -373,11 +378,11 @@ def _verdicts(lines: list[bytes | None], reply: Any
                 vector = vectors[lessons]
                 lessons += 1
             out.append((record, vector))
-        elif (isinstance(verdict, list) and len(verdict) == 2 and verdict[0] in REASONS
-              and isinstance(verdict[1], str)):
-            out.append((RecordError(verdict[0], verdict[1]), None))
         else:
-            raise VerifierError("a verifying process answered something that is not a verdict")
+            error = verify_pool.refusal(verdict)
+            if error is None:
+                raise VerifierError("a verifying process accepted a line too large to hold")
+            out.append((error, None))
     if lessons != len(vectors):
         raise VerifierError("a verifying process sent more vectors than lessons")
     return iter(out)
