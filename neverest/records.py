@@ -227,6 +227,7 @@ def _no_constants(name: str) -> Any:
 
 
 _decoder = json.JSONDecoder(object_pairs_hook=_object_pairs, parse_constant=_no_constants)
+_plain_decoder = json.JSONDecoder()  # for bytes already verified (``verified``)
 
 
 def _load(raw: bytes) -> Any:
@@ -470,7 +471,7 @@ def verified(raw: bytes) -> Record:
     ``verify_pool``): the fields read again without the checks.  Never call it on bytes
     that were not verified: it trusts them.  (Python's plain JSON decoder reads a verified
     line exactly as the checking one did: that one refused duplicate keys and constants.)"""
-    obj = json.loads(raw)
+    obj = _plain_decoder.decode(raw.decode("utf-8"))
     rtype = _record_type(obj)
     field = "hash" if rtype == "lesson" else rtype
     return Record(type=rtype, raw=raw, fields=obj, origin=obj["origin"], key=obj["key"], target=obj[field],

@@ -130,7 +130,7 @@ class _MeaningIndex:
         if rows is None or not len(rows):
             return None
         scores = rows.matrix @ vector
-        best = int(np.argmax(scores))
+        best = int(scores.argmax())
         return int(rows.ids[best]) if scores[best] >= join_threshold(HASHED_SPACE) else None
 
 
