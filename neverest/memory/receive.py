@@ -2,7 +2,9 @@
 
 ``receive`` takes raw record lines and where they came from, and for each:
 
-1. verifies it (``records.parse_many``); a refusal is counted by source and reason;
+1. verifies it (``records.parse_many``: in this process, or for batches of at least
+   ``POOL_MIN_LINES`` lines in a verifying process of ``verify_pool``, which also embeds the
+   batch's lesson sentences for step 4); a refusal is counted by source and reason;
 2. refuses a record signed more than ``future_tolerance_s`` after now (``future``);
 3. stores it as received (``holdings.put``): duplicates change nothing, forks are kept as
    evidence, an older version of an origin's lesson is stored but superseded;
@@ -211,8 +213,8 @@ class Receiver:
     One receiver per sync keeps one meaning index and one transaction per batch, however
     many small files or peers the records came from: ``receive`` it all, then ``close``.
 
-    The lines go through in batches of up to ``_VERIFY_BATCH``: those already held are skipped with
-    one query per batch; a batch of at least ``pool_min_lines`` left to verify goes to a
+    The lines go through in batches of up to ``_VERIFY_BATCH``: those already held are skipped
+    with one query per batch; a batch of at least ``pool_min_lines`` left to verify goes to a
     worker process (``verify_pool``), which also embeds its lessons' sentences, while this
     process stores the batch before it; smaller ones are verified here.  Batches are taken
     back in order, so the merge rule sees the records exactly in the order received.  At most
