@@ -14,9 +14,13 @@ identities, then times, over the same lines and in the same run:
   then signatures) so that libsodium's tables stay in the CPU caches;
 - line by line: ``neverest.records.parse`` on each line, for comparison;
 - cli: ``neverestctl verify FILE`` in-process, including reading the file and
-  writing one JSON verdict per line.
+  writing one JSON verdict per line (its lines verified by one worker process per CPU,
+  ``verify_pool``, started before it is timed: the next run in the same process);
+- cli process: ``python -m neverest.ctl verify FILE`` as a whole process, start-up, imports
+  and the start of its verifying processes included.
 
-Target (README, "Figures"): pipeline ≥ 0.8 × baseline.  Run:
+Target (README, "Figures"): the whole ``neverestctl verify`` process ≥ 0.8 × baseline (the
+in-process pipeline on one core is reported beside it).  Run:
 
     python benchmarks/bench_verify.py [--lines 20000] [--json]
 """
@@ -27,6 +31,8 @@ import argparse
 import contextlib
 import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,6 +124,14 @@ def run(n: int, repeat: int) -> dict[str, float]:
             cli_best = min(cli_best, time.perf_counter() - start_t)
             assert status == 0, "every generated line must verify"
         cli = n / cli_best
+        process_best = float("inf")
+        for _ in range(repeat):
+            start_t = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "neverest.ctl", "verify", str(path)],
+                                  stdout=subprocess.DEVNULL, check=False)
+            process_best = min(process_best, time.perf_counter() - start_t)
+            assert done.returncode == 0, "every generated line must verify"
+        cli_process = n / process_best
     return {
         "lines": n,
         "baseline_crypto_sign_open_per_s": round(baseline),
@@ -128,6 +142,9 @@ def run(n: int, repeat: int) -> dict[str, float]:
         "pipeline_ratio": round(pipeline_rate / baseline, 3),
         "one_by_one_ratio": round(n / best["one_by_one"] / baseline, 3),
         "cli_ratio": round(cli / baseline, 3),
+        "cli_process_per_s": round(cli_process),
+        "cli_process_ratio": round(cli_process / baseline, 3),
+        "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
         "target_ratio": 0.8,
     }
 
@@ -150,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  records.parse, line by line   {result['parse_one_by_one_per_s']:>8} lines/s  "
               f"= {result['one_by_one_ratio']:.3f} x baseline")
         print(f"  neverestctl verify FILE       {result['cli_verify_per_s']:>8} lines/s  "
-              f"= {result['cli_ratio']:.3f} x baseline")
-    return 0 if result["pipeline_ratio"] >= 0.8 else 1
+              f"= {result['cli_ratio']:.3f} x baseline (in this process, its workers started)")
+        print(f"  neverestctl verify, a process {result['cli_process_per_s']:>8} lines/s  "
+              f"= {result['cli_process_ratio']:.3f} x baseline (target >= 0.8; start-up included)")
+        print(f"  (load average {result['load']})")
+    return 0 if result["cli_process_ratio"] >= 0.8 else 1
 
 
 if __name__ == "__main__":

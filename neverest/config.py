@@ -51,6 +51,9 @@ class Config:
     strength_cap: float = 5.0
     # Sharing.  Records signed further ahead of this clock are refused until it catches up.
     future_tolerance_s: float = 600.0
+    # Worker processes that verify received records (batches of at least 32 lines to verify;
+    # smaller ones are verified in the receiving process): -1 one per CPU, 0 none.
+    verify_processes: int = -1
     support_n: int = 3
     window_days: float = 90.0
     revoke_quorum: int = 3

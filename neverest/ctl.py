@@ -16,28 +16,22 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from neverest import __version__
-from neverest.agents.hook import add_parser as add_hook_parser
-from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
-from neverest.commands.agents_mcp import add_parser as add_mcp_parser
-from neverest.commands.agents_setup import add_parsers as add_agents_parsers
-from neverest.commands.common import CommandFailed, UsageError, home_of
-from neverest.commands.data import add_parsers as add_data_parsers
-from neverest.commands.doctor import add_parser as add_doctor_parser
-from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
-from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
-from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
-from neverest.config import ConfigError
-from neverest.identity import IdentityError, load_or_create
+from neverest import __version__, verify_pool
 from neverest.lines import read_lines
-from neverest.memory.events import EVENT_KINDS
-from neverest.memory.store import StoreError, open_store
-from neverest.paths import KEY_FILE, HomeError, find_home, use_private_umask
-from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed, parse_many
+from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed
+
+
+class VerifyUsageError(Exception):
+    """A usage error of ``verify`` (exit status 2), raised without importing the other commands."""
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     """A new memory (its folder, key and store), or an existing one checked and made private."""
+    from neverest.commands.common import UsageError
+    from neverest.identity import load_or_create
+    from neverest.memory.store import open_store
+    from neverest.paths import KEY_FILE, HomeError, find_home
+
     try:
         home = find_home(args.home, init=True)
     except HomeError as exc:
@@ -53,6 +47,9 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_id(args: argparse.Namespace) -> int:
+    from neverest.commands.common import home_of
+    from neverest.identity import load_or_create
+
     ident = load_or_create(home_of(args))
     if args.json:
         print(json.dumps({"origin": ident.origin, "key": ident.key, "key_file": str(ident.path)}))
@@ -71,7 +68,9 @@ def verify_stream(stream: BinaryIO, out: TextIO) -> bool:
     all_ok = True
     lines = (((number, line), line) for number, line in read_lines(stream, MAX_RECORD_BYTES)
              if line is None or line.strip())
-    for (number, line), result in parse_many(lines):
+    # Worker processes verify the lines of a big input while this one writes the verdicts.
+    pool = verify_pool.shared(verify_pool.default_processes())
+    for (number, line), result in verify_pool.parse_many(pool, lines):
         verdict: dict[str, object]
         if isinstance(result, RecordError):
             all_ok = False
@@ -96,7 +95,7 @@ def _open_inputs(files: Sequence[str]) -> Iterable[BinaryIO]:
         try:
             handle = open(name, "rb")
         except OSError as exc:
-            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+            raise VerifyUsageError(f"cannot read {name}: {exc.strerror}") from None
         with handle:
             yield handle
 
@@ -106,7 +105,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     # typo in the third name is a usage error, not a half-written report.
     for name in args.files:
         if name != "-" and not Path(name).is_file():
-            raise UsageError(f"cannot read {name}: no such file")
+            raise VerifyUsageError(f"cannot read {name}: no such file")
     all_ok = True
     for stream in _open_inputs(args.files):
         all_ok &= verify_stream(stream, sys.stdout)
@@ -115,7 +114,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 
-def build_parser() -> argparse.ArgumentParser:
+SubParsers = argparse._SubParsersAction  # argparse's type for add_subparsers()
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, SubParsers[argparse.ArgumentParser], argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
     home_help = "the memory's home folder (default: $NEVEREST_HOME, else ~/.neverest)"
@@ -124,6 +126,35 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", default=argparse.SUPPRESS, help=home_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser, sub, common
+
+
+def _add_verify_parser(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("verify", parents=[common],
+        help="check record lines; one JSON verdict per non-blank line",
+        description="Check wire records (one per line) from FILEs or standard input. Prints one JSON "
+        "object per non-blank line: line, ok, type, hash, origin, reason, message. Exit status 0 when "
+        "every line is accepted, 1 when any is refused, 2 for a usage error.",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="files of records ('-' or none: standard input)")
+    p.set_defaults(func=cmd_verify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The other commands' modules are imported here, not at the top: `verify` runs without
+    # them (they take ~0.7 s to import: the memory, numpy, trio, httpx...).
+    from neverest.agents.hook import add_parser as add_hook_parser
+    from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
+    from neverest.commands.agents_mcp import add_parser as add_mcp_parser
+    from neverest.commands.agents_setup import add_parsers as add_agents_parsers
+    from neverest.commands.data import add_parsers as add_data_parsers
+    from neverest.commands.doctor import add_parser as add_doctor_parser
+    from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
+    from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
+    from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
+    from neverest.memory.events import EVENT_KINDS
+
+    parser, sub, common = _top_parser()
 
     p = sub.add_parser("init", parents=[common], help="make a new memory in --home (or check an existing one)")
     p.add_argument("--json", action="store_true")
@@ -133,14 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=cmd_id)
 
-    p = sub.add_parser("verify", parents=[common],
-        help="check record lines; one JSON verdict per non-blank line",
-        description="Check wire records (one per line) from FILEs or standard input. Prints one JSON "
-        "object per non-blank line: line, ok, type, hash, origin, reason, message. Exit status 0 when "
-        "every line is accepted, 1 when any is refused, 2 for a usage error.",
-    )
-    p.add_argument("files", nargs="*", metavar="FILE", help="files of records ('-' or none: standard input)")
-    p.set_defaults(func=cmd_verify)
+    _add_verify_parser(sub, common)
 
     p = sub.add_parser("remember", parents=[common],
                        help="store an agent's event (or JSON Lines of events) as an episode",
@@ -239,7 +263,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_verify(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for ``verify`` (its first word that is not ``--home DIR``)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("--home="):
+            return word == "verify"
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _is_verify(argv):
+        return _main_verify(argv)
+    from neverest.commands.common import CommandFailed, UsageError
+    from neverest.config import ConfigError
+    from neverest.identity import IdentityError
+    from neverest.memory.store import StoreError
+    from neverest.paths import use_private_umask
+
     use_private_umask()  # files made in the home (the store's -wal and -shm too) are born private
     parser = build_parser()
     try:
@@ -250,20 +294,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
         return status
-    except UsageError as exc:
+    except (UsageError, VerifyUsageError) as exc:
         print(f"neverestctl: {exc}", file=sys.stderr)
         return 2
     except (IdentityError, StoreError, ConfigError, CommandFailed) as exc:
         print(f"neverestctl: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:
-        # The reader went away (`neverestctl lessons | head`): say so once, and keep Python
-        # from failing again when it flushes standard output at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        print("neverestctl: the output was closed before it was all written", file=sys.stderr)
-        return 1
+        return _closed_output()
+
+
+def _main_verify(argv: list[str]) -> int:
+    """``neverestctl verify`` with the parser of that command alone: it reads no home."""
+    parser, sub, common = _top_parser()
+    _add_verify_parser(sub, common)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        status = cmd_verify(args)
+        sys.stdout.flush()
+        return status
+    except VerifyUsageError as exc:
+        print(f"neverestctl: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return _closed_output()
+
+
+def _closed_output() -> int:
+    # The reader went away (`neverestctl lessons | head`): say so once, and keep Python
+    # from failing again when it flushes standard output at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    print("neverestctl: the output was closed before it was all written", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

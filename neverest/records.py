@@ -227,6 +227,7 @@ def _no_constants(name: str) -> Any:
 
 
 _decoder = json.JSONDecoder(object_pairs_hook=_object_pairs, parse_constant=_no_constants)
+_plain_decoder = json.JSONDecoder()  # for bytes already verified (``verified``)
 
 
 def _load(raw: bytes) -> Any:
@@ -456,6 +457,25 @@ def _finish(batch: list[tuple[Any, Record | RecordError, bytes, bytes]]) -> Iter
                 yield tag, exc
                 continue
         yield tag, record
+
+
+def verdicts(lines: list[bytes | None]) -> list[list[str] | None]:
+    """``parse_many`` as plain data, for a verifying process (``verify_pool``): per line ``None``
+    (a valid record) or ``[reason, message]``."""
+    return [None if isinstance(item, Record) else [item.code, item.message]
+            for _, item in parse_many((None, line) for line in lines)]
+
+
+def verified(raw: bytes) -> Record:
+    """The Record of bytes that ``parse`` accepted elsewhere (a verifying process,
+    ``verify_pool``): the fields read again without the checks.  Never call it on bytes
+    that were not verified: it trusts them.  (Python's plain JSON decoder reads a verified
+    line exactly as the checking one did: that one refused duplicate keys and constants.)"""
+    obj = _plain_decoder.decode(raw.decode("utf-8"))
+    rtype = _record_type(obj)
+    field = "hash" if rtype == "lesson" else rtype
+    return Record(type=rtype, raw=raw, fields=obj, origin=obj["origin"], key=obj["key"], target=obj[field],
+                  seq=obj.get("seq"))
 
 
 def claimed(line: bytes | str) -> tuple[RecordType | None, str | None, str | None]:

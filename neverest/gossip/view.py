@@ -21,7 +21,6 @@ this view's connection otherwise must call ``invalidate``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -108,7 +107,7 @@ class SqliteView:
         # PRAGMA data_version (the first half) moves only when another connection commits: if it
         # did not, the only change since the cache was current is the records just applied.
         if before == self._version and after[0] == before[0]:
-            for origin in _origins(records):
+            for origin in receiver.origins:
                 self._reread(origin)
             self._version = after
         return result
@@ -126,16 +125,3 @@ class SqliteView:
             self._entries[origin] = entry
         self._index.set(origin, entry)
         self._digest = None
-
-
-def _origins(records: Sequence[bytes]) -> set[str]:
-    """The origins the records name (an unreadable one cannot have been stored)."""
-    out: set[str] = set()
-    for raw in records:
-        try:
-            origin = json.loads(raw).get("origin")
-        except (ValueError, AttributeError, RecursionError):
-            continue
-        if type(origin) is str and len(origin) == 16:
-            out.add(origin)
-    return out

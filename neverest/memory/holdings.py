@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple
@@ -157,6 +157,14 @@ def newest_signed_by_others(db: sqlite3.Connection, own_origin: str) -> str | No
 def holds(db: sqlite3.Connection, digest: str) -> bool:
     """Whether a record with these bytes (by ``digest_of``) is held."""
     return db.execute("SELECT 1 FROM records WHERE digest = ?", (digest,)).fetchone() is not None
+
+
+def held_among(db: sqlite3.Connection, digests: Sequence[str]) -> set[str]:
+    """Which of ``digests`` (by ``digest_of``) are held: one query for a batch of lines."""
+    if not digests:
+        return set()
+    marks = ",".join("?" * len(digests))
+    return {str(r[0]) for r in db.execute(f"SELECT digest FROM records WHERE digest IN ({marks})", digests)}
 
 
 def digests(db: sqlite3.Connection) -> list[str]:

@@ -2,7 +2,9 @@
 
 ``receive`` takes raw record lines and where they came from, and for each:
 
-1. verifies it (``records.parse_many``); a refusal is counted by source and reason;
+1. verifies it (``records.parse_many``: in this process, or for batches of at least
+   ``POOL_MIN_LINES`` lines in a verifying process of ``verify_pool``, which also embeds the
+   batch's lesson sentences for step 4); a refusal is counted by source and reason;
 2. refuses a record signed more than ``future_tolerance_s`` after now (``future``);
 3. stores it as received (``holdings.put``): duplicates change nothing, forks are kept as
    evidence, an older version of an origin's lesson is stored but superseded;
@@ -29,16 +31,18 @@ and a record is acknowledged (counted as accepted) only once committed.
 
 from __future__ import annotations
 
+import collections
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from neverest import verify_pool
 from neverest.clock import iso, parse_time
 from neverest.config import Config
 from neverest.memory import holdings
@@ -54,10 +58,18 @@ from neverest.memory.embed import (
 )
 from neverest.memory.queries import lessons
 from neverest.memory.store import Store
-from neverest.records import Record, RecordError, parse_many
+from neverest.records import Record, RecordError, parse_many, verified
+from neverest.verify_pool import Job, VerifierError, VerifyPool, default_processes
 
 CANDIDATE_STRENGTH: Final = 0.5
+# Records per transaction.
 _BATCH: Final = 500
+# Lines per verification batch (one request to a verifying process): small enough that the
+# first answer comes back soon and the store starts while the next batches are verified.
+_VERIFY_BATCH: Final = verify_pool.BATCH_LINES
+# A batch with fewer lines than this to verify is verified in this process: below it, the trip
+# to a worker and back costs more than the work it saves (measured: bench_receive.py --threshold).
+POOL_MIN_LINES: Final = verify_pool.MIN_LINES
 
 
 @dataclass
@@ -120,7 +132,7 @@ class _MeaningIndex:
         if rows is None or not len(rows):
             return None
         scores = rows.matrix @ vector
-        best = int(np.argmax(scores))
+        best = int(scores.argmax())
         return int(rows.ids[best]) if scores[best] >= join_threshold(HASHED_SPACE) else None
 
 
@@ -186,54 +198,109 @@ def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Conf
         _apply_revoke(db, record, now, result)
 
 
+class _Batch(NamedTuple):
+    """Lines of one source on their way through verification, in the order they came."""
+
+    source: str
+    result: ReceiveResult
+    lines: list[bytes | None]
+    job: Job | None  # verifying in a worker process; None: verified here when taken
+
+
 class Receiver:
     """Receives records from any number of sources, committing in batches that span them.
 
     One receiver per sync keeps one meaning index and one transaction per batch, however
     many small files or peers the records came from: ``receive`` it all, then ``close``.
+
+    The lines go through in batches of up to ``_VERIFY_BATCH``: those already held are skipped
+    with one query per batch; a batch of at least ``pool_min_lines`` left to verify goes to a
+    worker process (``verify_pool``), which also embeds its lessons' sentences, while this
+    process stores the batch before it; smaller ones are verified here.  Batches are taken
+    back in order, so the merge rule sees the records exactly in the order received.  At most
+    ``2 × processes`` batches are out at once, so memory stays bounded.
     """
 
-    def __init__(self, store: Store, *, own_origin: str, config: Config, now: datetime) -> None:
+    def __init__(self, store: Store, *, own_origin: str, config: Config, now: datetime,
+                 pool: VerifyPool | Literal["shared"] | None = "shared", pool_min_lines: int = POOL_MIN_LINES) -> None:
         self.store, self.own_origin, self.config, self.now = store, own_origin, config, now
         self._index = _MeaningIndex(store.db)
-        self._pending: list[tuple[str, Record | RecordError, ReceiveResult]] = []
-        self._vectors: dict[int, npt.NDArray[np.float32]] = {}
+        self._pending: list[tuple[str, Record | RecordError, ReceiveResult, npt.NDArray[np.float32] | None]] = []
+        if pool == "shared":
+            processes = config.verify_processes if config.verify_processes >= 0 else default_processes()
+            pool = verify_pool.shared(processes) if processes else None
+        self._pool = pool
+        self._pool_min_lines = max(1, pool_min_lines)
+        self._out: collections.deque[_Batch] = collections.deque()
+        self._most_out = 2 * pool.processes if pool is not None else 0
+        self.origins: set[str] = set()  # of every record that reached the store (gossip/view.py)
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
-        """Verify and queue ``lines`` from ``source``; the result fills in as batches commit."""
+        """Verify and queue ``lines`` from ``source``; the result fills in as batches commit
+        (all of it once the receiver is closed)."""
         result = ReceiveResult()
-        for _, item in parse_many(self._unseen(lines, result)):
-            self._pending.append((source, item, result))
-            if len(self._pending) >= _BATCH:
-                self.flush()
+        for chunk in _chunks(lines, _VERIFY_BATCH):
+            fresh = self._unseen(chunk, result)
+            if not fresh:
+                continue
+            job = None
+            if self._pool is not None and len(fresh) >= self._pool_min_lines:
+                job = self._pool.submit("receive-batch", fresh)
+            self._out.append(_Batch(source, result, fresh, job))
+            while len(self._out) > self._most_out:
+                self._take()
         return result
 
-    def _unseen(self, lines: Iterable[bytes | str | None], result: ReceiveResult
-                ) -> Iterator[tuple[None, bytes | str | None]]:
+    def _unseen(self, lines: list[bytes | None], result: ReceiveResult) -> list[bytes | None]:
         """Lines not held yet.  A line whose exact bytes are held was verified when it was
         stored: skipping it before verification makes re-reading a folder or a peer's
         answer cost an index look-up per record instead of a signature check."""
-        db = self.store.db
-        for line in lines:
-            if line is not None:
-                raw = line.encode("utf-8") if isinstance(line, str) else line
-                if holdings.holds(db, holdings.digest_of(raw)):
-                    result.duplicates += 1
-                    continue
-            yield None, line
+        digests = [holdings.digest_of(line) for line in lines if line is not None]
+        held = holdings.held_among(self.store.db, digests)
+        if not held:
+            return lines
+        fresh = [line for line in lines if line is None or holdings.digest_of(line) not in held]
+        result.duplicates += len(lines) - len(fresh)
+        return fresh
+
+    def _take(self) -> None:
+        """Take back the oldest batch out (verified, and its lessons embedded), queue it to store."""
+        batch = self._out.popleft()
+        if batch.job is None:
+            for _, item in parse_many((None, line) for line in batch.lines):
+                self._queue(batch, item, None)
+            return
+        for item, vector in _verdicts(batch.lines, batch.job.result()):
+            self._queue(batch, item, vector)
+
+    def _queue(self, batch: _Batch, item: Record | RecordError, vector: npt.NDArray[np.float32] | None) -> None:
+        self._pending.append((batch.source, item, batch.result, vector))
+        if len(self._pending) >= _BATCH:
+            self._store()
 
     def flush(self) -> None:
+        """Verify and store everything received so far."""
+        while self._out:
+            self._take()
+        self._store()
+
+    def _store(self) -> None:
+        """Store the verified batch: the one place where verified records go into the store."""
         if not self._pending:
             return
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
-        # The batch's lesson sentences embedded in one call: much cheaper than one by one.
-        lessons = [item for _, item, _ in self._pending if isinstance(item, Record) and item.type == "lesson"]
-        self._vectors = dict(zip((id(r) for r in lessons),
-                                 HashedEmbedder().embed([r.fields["text"] for r in lessons]), strict=True))
+        # The lesson sentences verified here (not in a worker) embedded in one call: much
+        # cheaper than one by one.
+        unembedded = [item for _, item, _, vector in self._pending
+                      if vector is None and isinstance(item, Record) and item.type == "lesson"]
+        vectors = dict(zip((id(r) for r in unembedded),
+                           HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True))
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
-            for source, item, result in self._pending:
-                reason = self._store_one(db, source, item, result, horizon)
+            for source, item, result, vector in self._pending:
+                if vector is None and isinstance(item, Record):
+                    vector = vectors.get(id(item))
+                reason = self._store_one(db, source, item, result, horizon, vector)
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
@@ -242,12 +309,13 @@ class Receiver:
         self._pending = []
 
     def _store_one(self, db: sqlite3.Connection, source: str, item: Record | RecordError, result: ReceiveResult,
-                   horizon: datetime) -> str | None:
+                   horizon: datetime, vector: npt.NDArray[np.float32] | None) -> str | None:
         """Store and apply one record; the refusal reason, if it is refused."""
         if isinstance(item, RecordError):
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
             return "future"
+        self.origins.add(item.origin)
         outcome = holdings.put(db, item, source=source, now=self.now)
         if outcome == "duplicate":
             result.duplicates += 1
@@ -258,11 +326,14 @@ class Receiver:
             result.older += 1
         else:
             result.accepted += 1
-            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, self._vectors.get(id(item)))
+            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector)
         return None
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._out.clear()
 
     def __enter__(self) -> Receiver:
         return self
@@ -271,6 +342,52 @@ class Receiver:
         # Commit what was verified even if the caller stopped early: every record in a
         # batch was checked on its own, and losing it would only mean fetching it again.
         self.close()
+
+
+def _chunks(lines: Iterable[bytes | str | None], size: int) -> Iterator[list[bytes | None]]:
+    chunk: list[bytes | None] = []
+    for line in lines:
+        chunk.append(line.encode("utf-8") if isinstance(line, str) else line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _verdicts(lines: list[bytes | None], reply: Any
+              ) -> Iterator[tuple[Record | RecordError, npt.NDArray[np.float32] | None]]:
+    """The records (or refusals) of a worker's answer to ``verify_job.verify_batch``, its shape
+    checked: the worker read hostile bytes, so what it says is data to check, not to trust."""
+    try:
+        verdicts, blob = reply
+        ok = (isinstance(verdicts, list) and len(verdicts) == len(lines) and isinstance(blob, bytes)
+              and len(blob) % (4 * DIM) == 0)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise VerifierError("a verifying process answered something that is not a batch's verdicts")
+    vectors = np.frombuffer(blob, dtype="<f4").reshape(-1, DIM)
+    lessons = 0
+    out: list[tuple[Record | RecordError, npt.NDArray[np.float32] | None]] = []
+    for line, verdict in zip(lines, verdicts, strict=True):
+        if verdict is None and line is not None:
+            record = verified(line)
+            vector = None
+            if record.type == "lesson":
+                if lessons == len(vectors):
+                    raise VerifierError("a verifying process sent fewer vectors than lessons")
+                vector = vectors[lessons]
+                lessons += 1
+            out.append((record, vector))
+        else:
+            error = verify_pool.refusal(verdict)
+            if error is None:
+                raise VerifierError("a verifying process accepted a line too large to hold")
+            out.append((error, None))
+    if lessons != len(vectors):
+        raise VerifierError("a verifying process sent more vectors than lessons")
+    return iter(out)
 
 
 def receive(store: Store, lines: Iterable[bytes | str | None], *, source: str, own_origin: str, config: Config,

@@ -213,7 +213,7 @@ Storage and durability
   written in one worker thread, at most 16 at once (so writes to different origins overlap
   their fsync waits).  A body with 16 lines or more to verify has them checked (signatures
   and all) in worker processes (``--verify-processes``, one per CPU by default: ``python -m
-  neverest.transports.commons_verify``, started at the first such PUT, stopped with the
+  neverest.verify_pool``, through ``commons_verify``, started at the first such PUT, stopped with the
   server, and each exits by itself when the server is gone, kill -9 included): a record's
   checks hold the GIL for a fifth of their time, so threads would verify at 1.5 × one core
   on two and slow the event loop down.  Fewer lines (an update) are verified in the worker
