@@ -116,7 +116,8 @@ def make_world(n: int, opts: Options, *, name: str = "week", rate: float | None 
                 planned.append((day * DAY_S + (night[i] + chance.random() * NIGHT_S) % DAY_S, i))
     planned.sort()
     seqs = [1] * n
-    publications, sleeps = [], []
+    publications: list[tuple[float, int, bytes]] = []
+    sleeps: list[tuple[float, int, int]] = []
     schedule = Schedule(n, opts.fanout, opts.period_s, stream(seed, f"{name}/schedule"))
     for t, i in planned:
         seqs[i] += 1
@@ -257,9 +258,10 @@ class Network:
 def run_rounds(net: Network, rounds: int, *, until_done: bool, bar: Any) -> int:
     """Run up to ``rounds`` rounds (stopping early once every lesson reached everyone, if asked)."""
     total = len(net.world.publications)
+    last = net.world.publications[-1][0] if total else -1.0
     r = 0
     while r < rounds:
-        if until_done and len(net.done) == total and r * net.world.schedule.period_s > net.world.publications[-1][0]:
+        if until_done and len(net.done) == total and r * net.world.schedule.period_s > last:
             break
         net.round(r)
         r += 1
@@ -277,8 +279,8 @@ def stats(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"median": None, "p95": None, "max": None, "mean": None}
     ordered = sorted(values)
-    return {"median": statistics.median(ordered), "p95": ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)],
-            "max": ordered[-1], "mean": statistics.fmean(ordered)}
+    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return {"median": statistics.median(ordered), "p95": p95, "max": ordered[-1], "mean": statistics.fmean(ordered)}
 
 
 def figures(net: Network, rounds: int, cpu_s: float, wall_s: float) -> dict[str, Any]:

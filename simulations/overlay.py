@@ -29,6 +29,7 @@ measures.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -109,6 +110,8 @@ class OverlayIndex(RangeIndex):
         self._dtop: dict[int, list[int]] = {}  # the same by the top 6 bits
         self._dsum = 0
         self._dcount = 0
+        self._over_lows: list[int] = []  # the keys of _over, sorted
+        self._base_lows = sorted(base._low)  # the base does not change once views read it
 
     @property
     def changes(self) -> int:
@@ -143,7 +146,11 @@ class OverlayIndex(RangeIndex):
         """Set an origin's entry with its item hash already known (``Known.held``)."""
         low = int(origin[:3], 16)
         old = self._held(origin, low)
-        self._over.setdefault(low, {})[origin] = held
+        over = self._over.get(low)
+        if over is None:
+            over = self._over[low] = {}
+            bisect.insort(self._over_lows, low)
+        over[origin] = held
         dsum = held[1] - (old[1] if old is not None else 0)
         dcount = old is None
         for table, key in ((self._dlow, low), (self._dtop, low >> (_LOW_BITS - _TOP_BITS))):
@@ -173,12 +180,34 @@ class OverlayIndex(RangeIndex):
             changes = [c for c in map(table.get, range(lo, hi)) if c is not None]
         return total + sum(c[0] for c in changes), count + sum(c[1] for c in changes)
 
-    def _scan(self, bits: int, prefix: int) -> Iterable[tuple[str, Held]]:
+    def child_sums(self, bits: int, prefix: int, b: int) -> list[tuple[int, int]]:
+        if bits + b > _LOW_BITS:
+            return super().child_sums(bits, prefix, b)  # one pass over _scan
+        # The base's children, plus this memory's changes to them in one pass over its buckets.
+        sums = [[total, count] for total, count in self._base.child_sums(bits, prefix, b)]
+        table, level = (self._dtop, _TOP_BITS) if bits + b <= _TOP_BITS else (self._dlow, _LOW_BITS)
+        span = level - bits
+        lo, hi, shift = prefix << span, (prefix + 1) << span, level - bits - b
+        keys = self._over_lows if table is self._dlow else sorted(table)
+        for key in keys[bisect.bisect_left(keys, lo):bisect.bisect_left(keys, hi)]:
+            change = table[key]
+            child = sums[(key - lo) >> shift]
+            child[0] += change[0]
+            child[1] += change[1]
+        return [(total, count) for total, count in sums]
+
+    def _lows(self, bits: int, prefix: int) -> Iterable[int]:
+        """The buckets under a range that the base or this memory holds entries in, in order."""
         if bits >= _LOW_BITS:
-            lows: Iterable[int] = (prefix >> (bits - _LOW_BITS),)
-        else:
-            span = _LOW_BITS - bits
-            lows = range(prefix << span, (prefix + 1) << span)
+            return (prefix >> (bits - _LOW_BITS),)
+        span = _LOW_BITS - bits
+        lo, hi = prefix << span, (prefix + 1) << span
+        base = self._base_lows[bisect.bisect_left(self._base_lows, lo):bisect.bisect_left(self._base_lows, hi)]
+        over = self._over_lows[bisect.bisect_left(self._over_lows, lo):bisect.bisect_left(self._over_lows, hi)]
+        return sorted({*base, *over}) if over else base
+
+    def _scan(self, bits: int, prefix: int) -> Iterable[tuple[str, Held]]:
+        lows = self._lows(bits, prefix)
         shift = ORIGIN_BITS - bits
         deep = bits > _LOW_BITS
         for low in lows:
@@ -186,7 +215,7 @@ class OverlayIndex(RangeIndex):
             over = self._over.get(low)
             if bucket is None and over is None:
                 continue
-            merged = bucket.entries.items() if bucket is not None else ()
+            merged: Iterable[tuple[str, Held]] = bucket.entries.items() if bucket is not None else ()
             if over is not None:
                 merged = [*((o, h) for o, h in merged if o not in over), *over.items()]
             for origin, held in merged:
