@@ -64,6 +64,8 @@ class Library:
         self.known: dict[bytes, Known] = {}
         self.lessons: list[tuple[str, int]] = []  # lesson number → (origin, seq), for records added
         self.base_index = RangeIndex()
+        self._base_lows: list[int] | None = None
+        self._base_digest: Digest | None = None
         # (agent, lesson number) whenever a view accepts a record: how the experiment counts holders.
         self.on_accept: Callable[[int, int], None] | None = None
 
@@ -95,6 +97,20 @@ class Library:
             raise ValueError("the base holds every origin's records from seq 1, without gaps")
         self.base_index.set(known.origin, known.held[0])
 
+    @property
+    def base_lows(self) -> list[int]:
+        """The base index's buckets, sorted: one list for every view (4 096 at 10^4 origins)."""
+        if self._base_lows is None:
+            self._base_lows = sorted(self.base_index._low)
+        return self._base_lows
+
+    @property
+    def base_digest(self) -> Digest:
+        """The base as a digest, for revision 1: made once, not once per memory."""
+        if self._base_digest is None:
+            self._base_digest = Digest(dict(self.base_index.items(0, 0)))
+        return self._base_digest
+
 
 class OverlayIndex(RangeIndex):
     """A ``RangeIndex`` of a base index plus this memory's changes to it (entries only added or
@@ -102,7 +118,7 @@ class OverlayIndex(RangeIndex):
     ``count``, ``fingerprint``, ``children``, ``child_sums`` and ``items`` through the
     ``_sum_count`` and ``_scan`` below."""
 
-    def __init__(self, base: RangeIndex) -> None:
+    def __init__(self, base: RangeIndex, base_lows: list[int] | None = None) -> None:
         super().__init__()
         self._base = base
         self._over: dict[int, dict[str, Held]] = {}  # low bucket → origin → (entry, item hash)
@@ -111,7 +127,8 @@ class OverlayIndex(RangeIndex):
         self._dsum = 0
         self._dcount = 0
         self._over_lows: list[int] = []  # the keys of _over, sorted
-        self._base_lows = sorted(base._low)  # the base does not change once views read it
+        # The base does not change once views read it; views of one library share the list.
+        self._base_lows = sorted(base._low) if base_lows is None else base_lows
 
     @property
     def changes(self) -> int:
@@ -228,7 +245,7 @@ class OverlayView:
 
     def __init__(self, library: Library, agent: int) -> None:
         self._lib, self.agent = library, agent
-        self._index = OverlayIndex(library.base_index)
+        self._index = OverlayIndex(library.base_index, library.base_lows)
         self._digest: Digest | None = None  # made when revision 1 asks, kept until a change
 
     def hold(self, raw: bytes) -> bool:
@@ -259,7 +276,8 @@ class OverlayView:
 
     def digest(self) -> Digest:
         if self._digest is None:
-            self._digest = Digest(dict(self._index.items(0, 0)))
+            self._digest = (Digest(dict(self._index.items(0, 0))) if self._index.changes
+                            else self._lib.base_digest)
         return self._digest
 
     def entry(self, origin: str) -> Entry | None:
