@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neverest.config import Config
-from simulations import commons, dissemination, report, robustness, transports
+from simulations import commons, dissemination, load, report, robustness, transports
 from simulations.world import WorldOptions
 
 
@@ -70,6 +70,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--fault-rounds", type=_positive, default=10)
     _common(r)
 
+    ld = sub.add_parser("load", help="everyone publishes for a week: rounds to reach all and bytes, against "
+                                     "whole digests and ideal push-pull")
+    ld.add_argument("--agents", type=_positive, required=True)
+    ld.add_argument("--rate", type=float, default=load.Options.rate, help="lessons per agent per week (default 1)")
+    ld.add_argument("--days", type=_positive, default=load.Options.days)
+    ld.add_argument("--period", type=float, default=load.Options.period_s,
+                    help="the modelled gossip period in seconds (default 14400: see simulations/load.py)")
+    ld.add_argument("--fanout", type=_positive, default=load.Options.fanout)
+    ld.add_argument("--baseline-rounds", type=int, default=None,
+                    help="rounds of the whole-digest run (default: as many as revision 2's; 0: none)")
+    ld.add_argument("--probe-baseline-rounds", type=int, default=None,
+                    help="rounds of the whole-digest probe (default: until everyone holds it; 0: none)")
+    _common(ld)
+
     t = sub.add_parser("transports", help="one new lesson by gossip and through the HTTP commons: bytes and time")
     transports.add_arguments(t)
     _common(t)
@@ -105,6 +119,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             fault_rounds=args.fault_rounds, out=out, quiet=args.quiet))
         report.emit(result, robustness.summary(result), as_json=args.json)
         return 0 if all(s["rounds_after_fault"] is not None for s in result["scenarios"]) else 1
+    if args.experiment == "load":
+        if args.agents < 2:
+            parser().error("--agents must be at least 2")
+        if args.rate < 0 or args.period <= 0:
+            parser().error("--rate must not be negative and --period must be positive")
+        result = load.run(load.Options(
+            agents=args.agents, rate=args.rate, days=args.days, period_s=args.period, fanout=args.fanout,
+            seed=args.seed, baseline_rounds=args.baseline_rounds, probe_baseline_rounds=args.probe_baseline_rounds,
+            out=out, quiet=args.quiet))
+        report.emit(result, load.summary(result), as_json=args.json)
+        return 0 if result["reconcile"]["lessons_reached_all"] == result["lessons"] else 1
     if args.experiment == "transports":
         result = transports.run(transports.options_from(args, out))
         report.emit(result, transports.summary(result), as_json=args.json)

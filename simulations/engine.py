@@ -112,6 +112,10 @@ class Schedule:
             self.rounds[r] = out
         return self.rounds[r]
 
+    def peers(self, i: int) -> list[int]:
+        """``fanout`` peers for agent i, drawn from the schedule's stream (for contacts outside the rounds)."""
+        return self._peers(i)
+
     def _peers(self, i: int) -> list[int]:
         if self.tables is not None:
             return self.rng.sample(self.tables[i], min(self.fanout, len(self.tables[i])))
