@@ -85,6 +85,8 @@ class Config:
     fanout: int = 3  # peers per round
     gossip_budget_bytes: int = 1024 * 1024  # records per answer; a cut answer resumes next exchange
     exchange_timeout_s: float = 60.0  # one request and its whole answer
+    gossip_cutoff_after: int = 16  # invalid requests from one address (or origin) within gossip_cutoff_s ...
+    gossip_cutoff_s: float = 60.0  # ... and it is answered 429, unread, for this long
     # Discovery.  mdns_interfaces: comma-separated IPs to use for zeroconf, "" = all interfaces.
     mdns: bool = True
     mdns_interfaces: str = ""
@@ -210,6 +212,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         parse_level(config.log_level)
     except ValueError as exc:
         raise ConfigError(f"log_level: {exc}") from None
+    if config.gossip_cutoff_after < 1 or config.gossip_cutoff_s <= 0:
+        raise ConfigError("gossip_cutoff_after must be at least 1 and gossip_cutoff_s above 0")
     if len(config.peers) > MAX_PEERS:
         raise ConfigError(f"peers: {len(config.peers)} addresses; at most {MAX_PEERS}")
     peers = tuple(dict.fromkeys(_peer_url(url) for url in config.peers))

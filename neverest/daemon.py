@@ -37,7 +37,7 @@ from neverest.memory.store import StoreError
 from neverest.paths import HomeError, find_home, use_private_umask
 from neverest.services.control import ControlOps, serve_control
 from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
-from neverest.services.gossip import GossipService, make_app, serve_listener, serve_rounds
+from neverest.services.gossip import GossipService, make_app, serve_flush, serve_listener, serve_rounds
 from neverest.services.inbox import serve_inbox
 from neverest.services.ingest import serve_ingest
 from neverest.services.listen import ListenError, first_of, parse_listen
@@ -71,6 +71,7 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
                 await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             await nursery.start(serve_rounds, gossip)
+            await nursery.start(serve_flush, gossip)
             await add_static_peers(state, config.peers)
             if config.directory:
                 await nursery.start(serve_directory, state)

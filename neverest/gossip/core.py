@@ -120,6 +120,7 @@ from neverest.gossip.codec import (
     RECONCILE,
     RECORD_OVERHEAD,
     REQUESTS,
+    Auth,
     Body,
     Delta,
     Digest,
@@ -556,6 +557,16 @@ class Initiator:
 
 
 @dataclass
+class Checked:
+    """A request that passed ``Responder.check``: its decoded body, from ``peer``, with its nonce."""
+
+    body: Body
+    peer: str
+    nonce: bytes
+    result: ExchangeResult
+
+
+@dataclass
 class Reply:
     """A responder's answer: ``data`` to send back, or None when the request could not even be
     read well enough to sign a refusal (the edge answers HTTP 400 with ``result.error``)."""
@@ -582,6 +593,18 @@ class Responder:
     def respond(self, request: bytes, *, now: datetime, rng: random.Random,
                 share: Sequence[tuple[str, str | None]] = ()) -> Reply:
         """Answer one request; ``share`` is the (url, origin) of addresses to tell the peer about."""
+        checked = self.check(request, now=now, rng=rng)
+        if isinstance(checked, Reply):
+            return checked
+        return self.answer(checked, now=now, rng=rng, share=share)
+
+    def check(self, request: bytes, *, now: datetime, rng: random.Random) -> Checked | Reply:
+        """The checks that need no store: size, envelope, signature, replay window, body.
+
+        Returns the request ready for ``answer``, or the refusal to send (``Reply``).  The edge
+        runs this before it queues for the store, so that a flood of invalid requests costs
+        a decode and a signature check each and never waits for, or delays, an honest answer.
+        """
         result = ExchangeResult(round_trips=1, bytes_received=len(request))
         try:
             envelope = decode(request)
@@ -596,19 +619,34 @@ class Responder:
             result.peer = auth.origin
             if envelope.type not in REQUESTS:
                 raise ProtocolError("remote", "unexpected-type", f"{envelope.type.name} is not a request")
-            answer = self._serve(decode_body(envelope.type, envelope.body), auth.origin, now, rng, result,
-                                 _shared(share, auth.origin))
-            data = self._seal(answer, auth.origin, auth.nonce, now_s, rng)
+            return Checked(decode_body(envelope.type, envelope.body), auth.origin, auth.nonce, result)
         except ProtocolError as exc:
-            if exc.code == "wrong-peer" and auth.to == NO_ORIGIN:
-                # A first contact: the initiator knows our address, not our origin.  The signed
-                # refusal tells it; nothing went wrong.
-                result.introduced = True
-            else:
-                result.error = exc
-            # Signed and bound to the request's nonce, so the requester can trust who refused
-            # and why (and learn this memory's origin from a wrong-peer refusal).
-            data = self._seal(Refused(exc.code, exc.message), auth.origin, auth.nonce, now_s, rng)
+            return self._refuse(exc, auth, now_s, rng, result)
+
+    def answer(self, checked: Checked, *, now: datetime, rng: random.Random,
+               share: Sequence[tuple[str, str | None]] = ()) -> Reply:
+        """The answer to a request that passed ``check`` (reads, and may write, the store)."""
+        result, now_s = checked.result, _unix(now)
+        try:
+            answer = self._serve(checked.body, checked.peer, now, rng, result, _shared(share, checked.peer))
+            data = self._seal(answer, checked.peer, checked.nonce, now_s, rng)
+        except ProtocolError as exc:
+            result.error = exc
+            data = self._seal(Refused(exc.code, exc.message), checked.peer, checked.nonce, now_s, rng)
+        result.bytes_sent = len(data)
+        return Reply(data, result)
+
+    def _refuse(self, exc: ProtocolError, auth: Auth, now_s: int, rng: random.Random,
+                result: ExchangeResult) -> Reply:
+        if exc.code == "wrong-peer" and auth.to == NO_ORIGIN:
+            # A first contact: the initiator knows our address, not our origin.  The signed
+            # refusal tells it; nothing went wrong.
+            result.introduced = True
+        else:
+            result.error = exc
+        # Signed and bound to the request's nonce, so the requester can trust who refused
+        # and why (and learn this memory's origin from a wrong-peer refusal).
+        data = self._seal(Refused(exc.code, exc.message), auth.origin, auth.nonce, now_s, rng)
         result.bytes_sent = len(data)
         return Reply(data, result)
 

@@ -15,6 +15,10 @@ Bounds, so that a hostile peer costs little (every remote byte is hostile):
 - the whole body must arrive within ``body_timeout_s`` (a peer trickling one byte a
   second is cut off with 408), and hypercorn's own read and keep-alive timeouts
   bound idle connections;
+- a peer the ``cutoff`` callback names (it kept sending invalid requests) is answered 429
+  with ``Retry-After`` before its body is read, and the connection is closed; the edge's
+  own refusals of a body (413, 408, a bad Content-Length) are reported to ``refused`` so
+  that they count towards a cut-off too;
 - the responder's errors say who is at fault: ``RemoteError`` (the peer's bytes were
   bad: 400 and a reason) versus anything else (our fault: 500, logged, no details).
 
@@ -51,6 +55,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Responder = Callable[[bytes, str], Awaitable[bytes]]  # (body, client address) -> answer body
 Metrics = Callable[[], Awaitable[str]]  # the Prometheus text exposition of the daemon now
+Cutoff = Callable[[str], float | None]  # client host -> seconds it stays cut off (None: it is heard)
+Refused = Callable[[str, str], None]  # (client host, reason): the edge refused a request's body
 
 
 class RemoteError(Exception):
@@ -68,6 +74,8 @@ class GossipApp:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     metrics: Metrics | None = None
+    cutoff: Cutoff | None = None
+    refused: Refused | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if await handled_by_server(scope, receive, send):
@@ -82,8 +90,21 @@ class GossipApp:
             await _answer(send, 405, b"POST only\n", "text/plain")
             return
         client = scope.get("client") or ("?", 0)
+        host = str(client[0])
+        left = None if self.cutoff is None else self.cutoff(host)
+        if left is not None:
+            # Not a byte of the body is read; h11 closes the connection after a "close" answer.
+            await _answer(send, 429, b"too many invalid requests: cut off for a while\n", "text/plain",
+                          [(b"retry-after", str(max(1, round(left))).encode()), (b"connection", b"close")])
+            return
         try:
             body = await self._read_body(scope, receive)
+        except RemoteError as exc:
+            if self.refused is not None:
+                self.refused(host, f"http-{exc.status}")
+            await _answer(send, exc.status, exc.reason.encode("utf-8") + b"\n", "text/plain")
+            return
+        try:
             answer = await self.responder(body, f"{client[0]}:{client[1]}")
         except RemoteError as exc:
             await _answer(send, exc.status, exc.reason.encode("utf-8") + b"\n", "text/plain")
@@ -136,9 +157,10 @@ class GossipApp:
             raise RemoteError(f"the body did not arrive within {self.body_timeout_s:g} s", 408) from None
 
 
-async def _answer(send: Send, status: int, body: bytes, content_type: str) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+async def _answer(send: Send, status: int, body: bytes, content_type: str,
+                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
     await send({"type": "http.response.body", "body": body})
 
 

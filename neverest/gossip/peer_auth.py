@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import threading
 from typing import Final
 
 import nacl.bindings
@@ -108,12 +109,17 @@ class ReplayCache:
         self.max_entries = max_entries
         self._expiry: list[tuple[int, bytes]] = []  # a heap of (forget after, nonce)
         self._nonces: set[bytes] = set()
+        self._lock = threading.Lock()  # the edge checks large requests in worker threads
 
     def __len__(self) -> int:
         return len(self._nonces)
 
     def admit(self, nonce: bytes, ts: int, now_s: int) -> None:
         """Remember ``nonce``; raises ProtocolError if it was seen or there is no room."""
+        with self._lock:
+            self._admit(nonce, ts, now_s)
+
+    def _admit(self, nonce: bytes, ts: int, now_s: int) -> None:
         while self._expiry and self._expiry[0][0] < now_s:
             self._nonces.discard(heapq.heappop(self._expiry)[1])
         if nonce in self._nonces:

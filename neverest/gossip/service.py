@@ -22,26 +22,28 @@ Close with ``aclose`` (the HTTP client and the store).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx
 import trio
 
 from neverest import httpclient
-from neverest.clock import Clock
+from neverest.clock import Clock, iso
 from neverest.config import Config
-from neverest.gossip import http
+from neverest.gossip import guard, http
 from neverest.gossip.codec import MAX_MESSAGE_BYTES, ProtocolError
-from neverest.gossip.core import ExchangeResult, Initiator, Reply, Responder, Settings
+from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Responder, Settings
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.store import Store, StoreBusy, open_store
+from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
 
 log = logging.getLogger("neverestd.gossip")
@@ -49,6 +51,10 @@ MAX_CONTINUATIONS: Final = 16  # exchanges in a row with one peer while it says 
 SHARE_REFRESH_S: Final = 60.0  # how old the list of addresses a responder shares may be
 INBOUND_EVERY_S: Final = 600.0  # how often a peer's inbound requests are written to the peer table
 INBOUND_REMEMBERED: Final = 4096  # peers whose last inbound write is remembered (then forgotten at once)
+MEMO_ENTRIES: Final = 4096  # addresses (and peers) whose last success is remembered, to skip writes
+CHECK_INLINE_BYTES: Final = 64 * 1024  # requests up to this size are checked on the event loop
+T = TypeVar("T")
+V = TypeVar("V")
 
 # The peer-table penalty for each way an exchange can fail on the peer's side.
 _PENALTY_KIND: Final = {"too-large": "oversize", "too-many-records": "too-many", "too-many-origins": "too-many",
@@ -75,22 +81,38 @@ class Gossip:
 
     def __post_init__(self) -> None:
         self._settings = settings_of(self.config)
+        # One connection and one view for both sides, kept for the life of the service: the view's
+        # range index is then rebuilt only when the records changed, not once per exchange.  The
+        # lock makes its users (worker threads) take turns; nothing waits for the network under it.
         self._store = self._open()
-        self._responder = Responder(SqliteView(self._store, own_origin=self.identity.origin, config=self.config),
-                                    self.identity.signing_key, settings=self._settings)
-        self._responding = trio.Lock()
+        self._view = SqliteView(self._store, own_origin=self.identity.origin, config=self.config)
+        self._responder = Responder(self._view, self.identity.signing_key, settings=self._settings)
+        self._using_store = trio.Lock()
         self._shared: list[tuple[str, str | None]] = []
         self._shared_at: float | None = None
         self._inbound_at: dict[str, float] = {}
+        self.tally = guard.Tally()
+        self.cutoffs = guard.Cutoffs(after=self.config.gossip_cutoff_after, cooling_s=self.config.gossip_cutoff_s)
+        # Addresses whose last write was a success with this origin, and what their peer last shared:
+        # another success with them changes nothing but a score and a time, written in batches.
+        self._clean: dict[str, str] = {}
+        self._learned: dict[str, tuple[str, ...]] = {}
+        self._successes: dict[str, tuple[str, datetime]] = {}  # url -> (origin, when): not yet written
         self.http = http.client(transport=self.transport)
         self.last_round: dict[str, Any] | None = None
 
     async def aclose(self) -> None:
-        """Close the HTTP client (its pooled connections) and the store."""
+        """Write what is counted in memory, close the HTTP client (its pooled connections) and the store."""
         try:
-            await self.http.aclose()
+            with trio.CancelScope(shield=True):
+                await self.flush()
+        except StoreError as exc:
+            log.warning("gossip: the last refusals and successes were not written: %s", exc)
         finally:
-            self._store.close()
+            try:
+                await self.http.aclose()
+            finally:
+                self._store.close()
 
     def close(self) -> None:
         """Close the store only, for a caller outside the event loop; prefer ``aclose``."""
@@ -100,40 +122,102 @@ class Gossip:
         """A connection of its own, for work in a worker thread."""
         return open_store(self.home, busy_timeout_s=self.config.busy_timeout_s)
 
-    def _share(self, store: Store, now_s: float) -> list[tuple[str, str | None]]:
+    async def _with_store(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, its turn on the service's store connection."""
+        async with self._using_store:
+            return await trio.to_thread.run_sync(fn, *args)
+
+    def _share(self, now_s: float) -> list[tuple[str, str | None]]:
         """The addresses to tell peers about, read again at most every SHARE_REFRESH_S."""
         if self._shared_at is None or now_s - self._shared_at > SHARE_REFRESH_S:
-            self._shared = list(table.shareable(store.db, self.clock.now()))
+            self._shared = list(table.shareable(self._store.db, self.clock.now()))
             self._shared_at = now_s
         return self._shared
+
+    # -- what is counted in memory ----------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write the refusals counted and the successes batched since the last flush (one transaction)."""
+        counts, successes = self.tally.drain(), self._successes
+        self._successes = {}
+        if not counts and not successes:
+            return
+        try:
+            await self._with_store(self._write_counts, counts, successes)
+        except BaseException:
+            self.tally.restore(counts)
+            self._successes = successes | self._successes
+            raise
+
+    def _write_counts(self, counts: dict[tuple[str, str], guard.Count],
+                      successes: dict[str, tuple[str, datetime]]) -> None:
+        with self._store.write() as db:
+            for (source, reason), count in counts.items():
+                holdings.count_refusal(db, source, reason, count.last, count.n)
+            for url, (origin, at) in successes.items():
+                table.succeeded(db, url, origin, at)
+
+    def pending_refusals(self) -> list[holdings.Refusal]:
+        """The refusals counted in memory and not yet written (status adds them to the store's)."""
+        return [holdings.Refusal(source, reason, c.n, iso(c.last))
+                for (source, reason), c in self.tally.pending().items()]
+
+    def cutoff(self, host: str) -> float | None:
+        """For the HTTP edge, before it reads a request: seconds ``host`` stays cut off, or None."""
+        left = self.cutoffs.blocked(guard.address_key(host), trio.current_time())
+        if left is not None:
+            self.tally.add(f"gossip:{host}", "cut-off", self.clock.now())
+        return left
+
+    def refused(self, host: str, reason: str) -> None:
+        """The HTTP edge refused a request's body (oversize, too slow): one strike."""
+        self._strike(host, None, reason)
+
+    def _strike(self, host: str, origin: str | None, reason: str) -> None:
+        now_s = trio.current_time()
+        self.tally.add(f"gossip:{origin}" if origin else f"gossip:{host}", reason, self.clock.now())
+        for key in (guard.address_key(host), *((f"origin:{origin}",) if origin else ())):
+            if self.cutoffs.strike(key, now_s):
+                log.warning("cut off %s for %g s: %d invalid requests", key, self.cutoffs.cooling_s,
+                            self.cutoffs.after)
 
     # -- answering ------------------------------------------------------------------------
 
     async def respond(self, body: bytes, client: str) -> bytes:
-        async with self._responding:
-            now_s = trio.current_time()
+        host = client.rpartition(":")[0]
+        now_s, now = trio.current_time(), self.clock.now()
+        # The checks that need no store come first, outside the lock: an invalid request costs
+        # a decode and a signature check, and never waits for (or delays) an honest answer.
+        if len(body) <= CHECK_INLINE_BYTES:
+            checked = self._responder.check(body, now=now, rng=self.rng)
+        else:  # hashing and decoding a large body: not on the event loop
+            checked = await trio.to_thread.run_sync(functools.partial(self._responder.check, body, now=now,
+                                                                      rng=self.rng))
+        if isinstance(checked, Checked):
+            if self.cutoffs.blocked(f"origin:{checked.peer}", now_s) is not None:
+                self.tally.add(f"gossip:{checked.peer}", "cut-off", now)
+                raise http.RemoteError("too many invalid requests: cut off for a while", 429)
 
             def answer() -> Reply:
-                share = self._share(self._store, now_s)
-                return self._responder.respond(body, now=self.clock.now(), rng=self.rng, share=share)
+                return self._responder.answer(checked, now=now, rng=self.rng, share=self._share(now_s))
             try:
-                reply = await trio.to_thread.run_sync(answer)
+                reply = await self._with_store(answer)
             except StoreBusy:
                 raise http.RemoteError("busy: try again later", 503) from None
+        else:
+            reply = checked
         result = reply.result
-        host = client.rpartition(":")[0]
         if result.error is not None and result.error.who == "remote":
             log.info("refused a request from %s (%s): %s %s", client, result.peer or "unknown origin",
                      result.error.code, result.error.message)
-            source = f"gossip:{result.peer}" if result.peer else f"gossip:{host}"
-            await trio.to_thread.run_sync(self._count, source, result.error.code, 1)
+            self._strike(host, result.peer, result.error.code)
         elif result.error is None and result.peer is not None and not result.introduced:
             if result.applied.accepted:
                 log.info("received %d record(s) from %s", result.applied.accepted, result.peer)
                 if self.on_received is not None:
                     self.on_received(result.applied.accepted)
             if self._inbound_due(result.peer, now_s):
-                await trio.to_thread.run_sync(self._inbound, result, host)
+                await self._with_store(self._inbound, result, host)
         if reply.data is None:
             assert result.error is not None
             raise http.RemoteError(f"{result.error.code}: {result.error.message}")
@@ -161,7 +245,7 @@ class Gossip:
             except table.PeerError:
                 url = None
         now = self.clock.now()
-        with self._open() as store, store.write() as db:
+        with self._store.write() as db:
             if table.inbound(db, result.peer, url, now):
                 log.info("%s gossiped with us; it listens at %s", result.peer, url)
             learned = table.learn(db, result.addresses, via=result.peer, now=now)
@@ -178,11 +262,6 @@ class Gossip:
             log.info("%s shared %d unusable address(es); %d more were over the bounds", peer, learned.bad,
                      learned.dropped)
 
-    def _count(self, source: str, reason: str, n: int) -> None:
-        """Count a refused request by its source, for ``neverestctl status``."""
-        with self._open() as store, store.write() as db:
-            holdings.count_refusal(db, source, reason, self.clock.now(), n)
-
     # -- initiating -----------------------------------------------------------------------
 
     async def exchange(self, url: str, origin: str | None) -> ExchangeResult:
@@ -195,41 +274,54 @@ class Gossip:
             if result.error is not None or not result.more or result.is_self:
                 break
         assert total is not None
-        await trio.to_thread.run_sync(self._score, url, total)
+        if not self._batched(url, total):
+            await self._with_store(self._score, url, total)
         return total
 
     async def _exchange_once(self, url: str, origin: str | None) -> ExchangeResult:
-        store = await trio.to_thread.run_sync(self._open)
-        try:
-            view = SqliteView(store, own_origin=self.identity.origin, config=self.config)
-            share = await trio.to_thread.run_sync(self._share, store, trio.current_time())
-            initiator = Initiator(view, self.identity.signing_key, origin, now=self.clock.now(), rng=self.rng,
-                                  settings=self._settings, share=share, listen_port=self.listen_port)
-            request = await trio.to_thread.run_sync(initiator.start)
-            while request is not None:
-                try:
-                    reply = await http.post(self.http, url, request, max_response_bytes=MAX_MESSAGE_BYTES,
-                                            total_timeout_s=self.config.exchange_timeout_s)
-                except httpclient.TransportFailure as exc:
-                    initiator.fail(ProtocolError("network", exc.kind, exc.detail))
-                    break
-                except httpclient.PeerRefused as exc:
-                    if exc.status == 503:
-                        initiator.fail(ProtocolError("remote", "busy", f"HTTP 503: {exc.detail}"))
-                    else:
-                        initiator.fail(ProtocolError("remote", "refused", f"HTTP {exc.status}: {exc.detail}"
-                                                     if not exc.oversize else exc.detail))
-                        initiator.result.refused = "oversize" if exc.oversize else None
-                    break
-                request = await trio.to_thread.run_sync(initiator.handle, reply)
-            return initiator.result
-        finally:
-            await trio.to_thread.run_sync(store.close)
+        now_s = trio.current_time()
+
+        def start() -> tuple[Initiator, bytes | None]:
+            initiator = Initiator(self._view, self.identity.signing_key, origin, now=self.clock.now(), rng=self.rng,
+                                  settings=self._settings, share=self._share(now_s), listen_port=self.listen_port)
+            return initiator, initiator.start()
+
+        initiator, request = await self._with_store(start)
+        while request is not None:
+            try:
+                reply = await http.post(self.http, url, request, max_response_bytes=MAX_MESSAGE_BYTES,
+                                        total_timeout_s=self.config.exchange_timeout_s)
+            except httpclient.TransportFailure as exc:
+                initiator.fail(ProtocolError("network", exc.kind, exc.detail))
+                break
+            except httpclient.PeerRefused as exc:
+                if exc.status in (429, 503):
+                    initiator.fail(ProtocolError("remote", "busy", f"HTTP {exc.status}: {exc.detail}"))
+                else:
+                    initiator.fail(ProtocolError("remote", "refused", f"HTTP {exc.status}: {exc.detail}"
+                                                 if not exc.oversize else exc.detail))
+                    initiator.result.refused = "oversize" if exc.oversize else None
+                break
+            request = await self._with_store(initiator.handle, reply)
+        return initiator.result
+
+    def _batched(self, url: str, result: ExchangeResult) -> bool:
+        """Whether the result only confirms what the peer table says (a success with the same
+        peer, the same addresses shared, nothing invalid): it is then batched for ``flush``."""
+        peer = result.peer
+        if (result.error is not None or result.is_self or peer is None or self._clean.get(url) != peer
+                or self._learned.get(peer) != result.addresses
+                or any(reason != "fork" for reason in result.applied.refused)):
+            self._clean.pop(url, None)
+            return False
+        self._successes[url] = (peer, self.clock.now())
+        return True
 
     def _score(self, url: str, result: ExchangeResult) -> None:
         now = self.clock.now()
         learned: table.Learned | None = None
-        with self._open() as store, store.write() as db:
+        self._successes.pop(url, None)
+        with self._store.write() as db:
             error = result.error
             if result.is_self:
                 log.info("%s is this memory's own address: it will not be picked again", url)
@@ -247,6 +339,9 @@ class Gossip:
                 invalid = sum(n for reason, n in result.applied.refused.items() if reason != "fork")
                 if invalid:
                     table.failed(db, url, "invalid-records", f"{invalid} invalid record(s)", now)
+                elif result.peer is not None and learned is not None and not learned.bad:
+                    _remember(self._clean, url, result.peer)
+                    _remember(self._learned, result.peer, result.addresses)
             elif error.who == "local":
                 log.warning("exchange with %s failed on our side: %s", url, error)
             elif error.who == "network":
@@ -262,7 +357,7 @@ class Gossip:
 
         Raises ``table.PeerError`` when ``only`` is not a usable address, or is this memory's own.
         """
-        chosen = await trio.to_thread.run_sync(self._choose, fanout, only)
+        chosen = await self._with_store(self._choose, fanout, only)
         results: list[dict[str, Any]] = [{} for _ in chosen]
         async with trio.open_nursery() as nursery:
             for i, (url, origin) in enumerate(chosen):
@@ -274,11 +369,11 @@ class Gossip:
     def _choose(self, fanout: int, only: str | None) -> list[tuple[str, str | None]]:
         """The round's addresses (SQLite: run in a worker thread, never on the event loop)."""
         if only is not None:
-            with self._open() as store, store.write() as db:
+            with self._store.write() as db:
                 url = table.add(db, only, source="manual", now=self.clock.now(), own_origin=self.identity.origin)
+            self._clean.pop(url, None)
             return [(url, None)]
-        with self._open() as store:
-            healthy = table.healthy(store.db, self.clock.now())
+        healthy = table.healthy(self._store.db, self.clock.now())
         healthy = [a for a in healthy if a.origin != self.identity.origin]
         picked = self.rng.sample(healthy, min(fanout, len(healthy)))
         return [(a.url, a.origin) for a in picked]
@@ -292,6 +387,13 @@ class Gossip:
         elif moved:
             log.info("gossip with %s (%s): sent %d, received %d", url, result.peer, result.records_sent,
                      result.records_received)
+
+
+def _remember(memo: dict[str, V], key: str, value: V) -> None:
+    """``memo[key] = value``, the memo forgotten whole past MEMO_ENTRIES (it only saves writes)."""
+    if key not in memo and len(memo) >= MEMO_ENTRIES:
+        memo.clear()
+    memo[key] = value
 
 
 def _merge(a: ExchangeResult, b: ExchangeResult) -> ExchangeResult:

@@ -4,7 +4,9 @@
   and ``GET /healthz`` and ``GET /metrics`` for the owner's monitoring;
 - a round with ``fanout`` peers runs every ``gossip_every_s``, after every night, and
   when the owner changes what is shared (``neverestctl publish``, ``revoke``...);
-- records received either way make the memory settle (judge, render) soon after.
+- records received either way make the memory settle (judge, render) soon after;
+- what gossip counts in memory (refused requests, successes that change nothing else) is
+  written every ``FLUSH_EVERY_S`` and when the daemon stops; status adds what is pending.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import errno
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -25,6 +27,7 @@ from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.state import DaemonState
 
 log = logging.getLogger("neverestd.gossip")
+FLUSH_EVERY_S: Final = 30.0  # at most one write per this long for what a flood (or idle gossip) counts
 
 
 class GossipService:
@@ -32,6 +35,7 @@ class GossipService:
         self.state = state
         self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng,
                              on_received=lambda n: state.settle_soon())
+        state.pending_refusals = self.gossip.pending_refusals
 
     async def aclose(self) -> None:
         await self.gossip.aclose()
@@ -87,7 +91,20 @@ async def serve_listener(service: GossipService, app: Any, *,
 
 
 def make_app(service: GossipService, metrics: Callable[[], Awaitable[str]] | None = None) -> gossip_http.GossipApp:
-    return gossip_http.GossipApp(service.respond, max_body_bytes=MAX_MESSAGE_BYTES, metrics=metrics)
+    return gossip_http.GossipApp(service.respond, max_body_bytes=MAX_MESSAGE_BYTES, metrics=metrics,
+                                 cutoff=service.gossip.cutoff, refused=service.gossip.refused)
+
+
+async def serve_flush(service: GossipService, *, every_s: float = FLUSH_EVERY_S,
+                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Write what gossip counted in memory, every ``every_s`` (and ``aclose`` writes the rest)."""
+    task_status.started()
+    while True:
+        await trio.sleep(every_s)
+        try:
+            await service.gossip.flush()
+        except StoreError as exc:
+            log.warning("gossip: counts not written yet: %s", exc)
 
 
 async def serve_rounds(service: GossipService, *,

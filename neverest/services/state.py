@@ -16,6 +16,7 @@ from neverest.clock import Clock
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory.embed import Embedder, load_embedder
+from neverest.memory.holdings import Refusal
 from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
 
@@ -62,6 +63,8 @@ class DaemonState:
     last_round: dict[str, Any] | None = None
     last_night: dict[str, Any] | None = None
     exchanges: dict[str, int] = field(default_factory=dict)  # outcome -> count, for /metrics
+    # Refusals counted in memory and not written yet (gossip's), added to the store's in status.
+    pending_refusals: Callable[[], list[Refusal]] = list
     _settle: trio.Event = field(default_factory=trio.Event)
 
     def settle_soon(self) -> None:

@@ -21,6 +21,7 @@ async def daemon_status(state: DaemonState) -> dict[str, Any]:
         return memory.status(), peer_table.listing(memory.store.db)
 
     held, addresses = await state.worker.read(read)
+    held["refused"] = _with_pending(held.get("refused", []), state)
     return held | {
         "version": __version__, "pid": os.getpid(), "uptime_s": round(time.monotonic() - state.started, 1),
         "next_sleep": iso(next_sleep(state.clock.now(), state.config)), "listen": state.listening,
@@ -37,3 +38,14 @@ async def metrics_text(state: DaemonState) -> str:
     addresses = await state.worker.read(lambda memory: peer_table.listing(memory.store.db))
     health = peer_health(addresses, iso(state.clock.now()))
     return render_metrics(snapshot_from_status(status, exchanges=state.exchanges, peers=health))
+
+
+def _with_pending(stored: list[dict[str, Any]], state: DaemonState) -> list[dict[str, Any]]:
+    """The store's refusals plus those counted in memory since the last flush."""
+    merged = {(r["source"], r["reason"]): dict(r) for r in stored}
+    for r in state.pending_refusals():
+        row = merged.setdefault((r.source, r.reason), {"source": r.source, "reason": r.reason, "count": 0,
+                                                       "last": r.last})
+        row["count"] += r.count
+        row["last"] = max(row["last"], r.last)
+    return [merged[k] for k in sorted(merged)]

@@ -1,0 +1,168 @@
+"""CPU of one in-sync gossip exchange over the real HTTP edge (hypercorn + httpx, the daemon's code).
+
+Two memories holding the same records (``--origins`` of them, one record each); the
+initiator's ``Gossip.exchange`` against a responder's ``Gossip.respond`` served by
+hypercorn on 127.0.0.1, ``--exchanges`` times after a warm-up.  Measured:
+
+- *one process*: both ends in one trio run; ``time.process_time`` (every thread, user +
+  system) per exchange is the CPU of both ends together.  Target: ≤ 3 ms;
+- *two processes*: the responder is a real ``neverestd`` (loopback, no zeroconf); its CPU is
+  read from ``/proc/<pid>/stat`` before and after, the initiator's from ``process_time``.
+
+Baseline, in the same run: the cryptography an exchange cannot avoid (the request and the
+answer are each signed once and verified once: 2 × (sign + verify), raw PyNaCl).
+
+    python benchmarks/bench_exchange.py [--origins 1000] [--exchanges 300] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import trio
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_gossip import NOW, fill, records  # noqa: E402
+
+from neverest.clock import FixedClock  # noqa: E402
+from neverest.config import Config  # noqa: E402
+from neverest.control import ask, running  # noqa: E402
+from neverest.gossip import http  # noqa: E402
+from neverest.gossip.codec import MAX_MESSAGE_BYTES  # noqa: E402
+from neverest.gossip.service import Gossip  # noqa: E402
+from neverest.identity import Identity, load_or_create  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def crypto_baseline_ms(n: int = 2000) -> float:
+    """2 x (sign + verify) of a 200-byte message, raw PyNaCl, in ms."""
+    key = nacl.signing.SigningKey(b"\x01" * 32)
+    message = b"m" * 200
+    start = time.process_time()
+    for _ in range(n):
+        signed = key.sign(message)
+        key.verify_key.verify(signed)
+    return 2 * (time.process_time() - start) / n * 1000
+
+
+async def _exchanges(me: Gossip, url: str, origin: str | None, n: int) -> float:
+    """CPU seconds of this process for ``n`` in-sync exchanges (after a warm-up)."""
+    first = await me.exchange(url, origin)  # first contact: learns the peer's origin
+    for _ in range(20):
+        result = await me.exchange(url, first.peer)
+        assert result.in_sync and result.error is None, result
+    start = time.process_time()
+    for _ in range(n):
+        result = await me.exchange(url, first.peer)
+        assert result.in_sync and result.round_trips == 1, result
+    return time.process_time() - start
+
+
+def one_process(tmp: Path, origins: int, n: int) -> float:
+    """ms of CPU per exchange, both ends in this process."""
+    clock = FixedClock(NOW)
+
+    async def main() -> float:
+        server = Gossip(tmp / "b", Config(), clock, Identity.from_seed(b"\x22" * 32), random.Random(1))
+        me = Gossip(tmp / "a", Config(), clock, Identity.from_seed(b"\x21" * 32), random.Random(2))
+        try:
+            async with trio.open_nursery() as nursery:
+                app = http.GossipApp(server.respond, max_body_bytes=MAX_MESSAGE_BYTES)
+                binds = await nursery.start(http.serve, app, "127.0.0.1:0")
+                cpu = await _exchanges(me, "http://" + binds[0].split("//")[-1], None, n)
+                nursery.cancel_scope.cancel()
+        finally:
+            await me.aclose()
+            await server.aclose()
+        return cpu / n * 1000
+
+    return trio.run(main)
+
+
+def _proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def two_processes(tmp: Path, origins: int, n: int) -> tuple[float, float]:
+    """(initiator ms, daemon ms) of CPU per exchange, the responder a real neverestd."""
+    home = tmp / "b"
+    load_or_create(home)
+    (home / "config.toml").write_text("gossip_every_s = 3600.0\n")
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
+                             "127.0.0.1:0", "--no-mdns"], stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, NEVEREST_NOW="2026-04-02T00:00:00Z"))
+    try:
+        deadline = time.monotonic() + 60
+        while not running(home):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("neverestd did not start")
+            time.sleep(0.05)
+        url = "http://" + ask(home, {"op": "status"})["status"]["listen"][0].split("//")[-1]
+        clock = FixedClock(NOW)
+
+        async def main() -> tuple[float, float]:
+            me = Gossip(tmp / "a", Config(), clock, Identity.from_seed(b"\x21" * 32), random.Random(2))
+            try:
+                first = await me.exchange(url, None)
+                for _ in range(20):
+                    await me.exchange(url, first.peer)
+                before = _proc_cpu_s(proc.pid)
+                cpu = await _exchanges(me, url, first.peer, n)
+                daemon = _proc_cpu_s(proc.pid) - before
+            finally:
+                await me.aclose()
+            return cpu / n * 1000, daemon / n * 1000
+
+        return trio.run(main)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--origins", type=int, default=1000)
+    parser.add_argument("--exchanges", type=int, default=300)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        recs = records(args.origins, 1)
+        fill(Path(tmp) / "a", recs)
+        fill(Path(tmp) / "b", recs)
+        one = one_process(Path(tmp), args.origins, args.exchanges)
+        initiator, daemon = two_processes(Path(tmp), args.origins, args.exchanges)
+    crypto = crypto_baseline_ms()
+    out: dict[str, Any] = {"origins": args.origins, "exchanges": args.exchanges, "one_process_ms": round(one, 3),
+                           "initiator_ms": round(initiator, 3), "daemon_ms": round(daemon, 3),
+                           "two_processes_ms": round(initiator + daemon, 3), "crypto_baseline_ms": round(crypto, 3),
+                           "target_ms": 3.0, "load": os.getloadavg()[0]}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"in-sync exchange over HTTP, {args.origins} origins, {args.exchanges} exchanges "
+              f"(load {out['load']:.2f}):")
+        print(f"  one process, both ends:         {one:7.3f} ms CPU   (target <= 3)   "
+              f"= {one / crypto:5.1f} x the signatures' own {crypto:.3f} ms")
+        print(f"  initiator + neverestd process:  {initiator + daemon:7.3f} ms CPU   (initiator {initiator:.3f}, "
+              f"daemon {daemon:.3f})")
+    return 0 if one <= 3.0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
