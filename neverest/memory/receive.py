@@ -4,8 +4,9 @@
 
 1. verifies it (``records.parse_many``); a refusal is counted by source and reason;
 2. refuses a record signed more than ``future_tolerance_s`` after now (``future``);
-3. stores it as received (``holdings.put``): duplicates change nothing, forks are kept as
-   evidence, an older version of an origin's lesson is stored but superseded;
+3. refuses it when storing it would go over the storage budget (``over-budget``: admission.py,
+   budget.py), then stores it as received (``holdings.put``): duplicates change nothing, forks
+   are kept as evidence, an older version of an origin's lesson is stored but superseded;
 4. applies it to this memory's lessons (the merge rule, PROTOCOL.md §9):
    - a lesson whose hash is tombstoned changes nothing;
    - a lesson revoked by its origin before it arrived is not applied;
@@ -41,7 +42,7 @@ import numpy.typing as npt
 
 from neverest.clock import iso, parse_time
 from neverest.config import Config
-from neverest.memory import holdings
+from neverest.memory import admission, holdings
 from neverest.memory.embed import (
     DIM,
     HASHED_SPACE,
@@ -198,6 +199,7 @@ class Receiver:
         self._index = _MeaningIndex(store.db)
         self._pending: list[tuple[str, Record | RecordError, ReceiveResult]] = []
         self._vectors: dict[int, npt.NDArray[np.float32]] = {}
+        self.gate = admission.Gate(config, own_origin=own_origin, now=now)  # the storage budget
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit."""
@@ -232,8 +234,9 @@ class Receiver:
                                  HashedEmbedder().embed([r.fields["text"] for r in lessons]), strict=True))
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
-            for source, item, result in self._pending:
-                reason = self._store_one(db, source, item, result, horizon)
+            over = self.gate.screen(db, [(source, item) for source, item, _ in self._pending])
+            for k, (source, item, result) in enumerate(self._pending):
+                reason = admission.OVER_BUDGET if k in over else self._store_one(db, source, item, result, horizon)
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1

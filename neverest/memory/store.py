@@ -238,7 +238,21 @@ CREATE TABLE lesson_states (
 ) WITHOUT ROWID
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+# Version 5: the storage budget (memory/budget.py, memory/admission.py).
+# - declined: origins this memory chose not to hold (over its budget for records received), with
+#   the head (seq and record digest) it was offered or held of them and until when the choice
+#   holds: gossip shows that head in the digest, so peers do not send the origin again and again.
+_SCHEMA_V5: Final = """
+CREATE TABLE declined (
+    origin TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    until TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX declined_until ON declined(until)
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

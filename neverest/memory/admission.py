@@ -1,0 +1,145 @@
+"""The storage budget at the point where the receive function stores a batch of verified records.
+
+``Gate.screen`` reads what is held (bytes by origin and by delivering peer), ranks the origins,
+asks the rule (budget.py) and applies its decision inside the batch's write transaction: it
+evicts, remembers what it declined, and returns the records to refuse (``over-budget``, counted
+by source like every refusal, so ``neverestctl status`` and /metrics show them; evictions are
+counted as ``evicted`` under the source ``budget``).
+
+**Who is trusted** (``Rank.TRUSTED``: never refused or evicted for the budget): the origins the
+owner named (``trust_allow``, ``domain_origins``), those of peers the owner added by hand or in
+the config (``peer_addresses``/``peers`` with source ``manual`` or ``config``), and origins that
+signed at least ``vouch_min_verified`` lessons or confirmations of lessons whose predictions came
+true in this memory's own sessions (what ``commons.vouched`` counts as verified, without the
+policy's other conditions: room is cheaper to give than support).  Not trusted for room: origins
+that only repeated this memory's own lessons, since anyone can copy a published lesson.
+**Known** (``Rank.KNOWN``): origins of the peer table, identities that exchanged signed gossip
+with this memory.  **Unknown**: all others; the 1 000 self-made origins of a flood are unknown.
+
+**Declined origins** (table ``declined``, schema v5).  An origin refused for a lasting bound
+(``budget.LASTING``) or evicted is *declined* for ``declined_remember_s``: its records are refused
+before anything is stored, and gossip's digest (gossip/view.py) shows the head it was offered or
+held of it, so that a peer that has it finds nothing to send and the exchange does not carry it
+again and again: without this, every exchange with a peer holding a flood would carry a full
+delta of it to be refused.  When the row expires the digest falls back to what is held and the
+origin is offered again, once per period at most.  The cost: while declined, this memory does not
+hold what its digest shows, so a peer lacking that origin gets nothing of it from here.
+Declines of origins that became trusted are dropped.  Expired rows are dropped when a batch is
+screened (a memory that receives nothing keeps showing them: it then has nothing to re-pull either).
+
+A peer is the delivering ``source``, with every folder file counted as one peer (``folder``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Final
+
+from neverest.clock import iso
+from neverest.config import Config
+from neverest.memory import holdings
+from neverest.memory.budget import LASTING, Bound, Holding, Limits, Offer, Rank, decide
+from neverest.memory.queries import budget as q
+from neverest.records import Record, RecordError
+
+OVER_BUDGET: Final = "over-budget"
+EVICTED: Final = "evicted"
+BUDGET_SOURCE: Final = "budget"
+
+
+def limits_of(config: Config) -> Limits:
+    return Limits(total_bytes=config.received_budget_bytes, origin_bytes=config.received_origin_budget_bytes,
+                  peer_bytes=config.received_peer_budget_bytes, exchange_bytes=config.received_exchange_budget_bytes)
+
+
+def peer_of(source: str) -> str:
+    """The peer a source counts against: a folder's files are one peer."""
+    return "folder" if source.startswith("folder:") else source
+
+
+def _names(text: str) -> set[str]:
+    return {o.strip() for o in text.split(",") if o.strip()}
+
+
+def trusted_origins(db: sqlite3.Connection, config: Config) -> set[str]:
+    """The module docstring's trusted origins (this memory's own excepted: it has its own rank)."""
+    return (_names(config.trust_allow) | _names(config.domain_origins) | q.chosen_peer_origins(db)
+            | q.verified_supporters(db, max(config.vouch_min_verified, 1)))
+
+
+class Gate:
+    """One per Receiver: the exchange bound counts across all the batches it screens."""
+
+    def __init__(self, config: Config, *, own_origin: str, now: datetime) -> None:
+        self.limits, self.own_origin, self.now = limits_of(config), own_origin, now
+        self.until = iso(now + timedelta(seconds=config.declined_remember_s))
+        self._config = config
+        self._ranks: tuple[set[str], set[str]] | None = None  # (trusted, known), read at the first batch
+        self.spent = 0
+        # Origins whose digest entry may have changed though no record of theirs was received.
+        self.touched: set[str] = set()
+        self.evicted: list[str] = []
+
+    def rank(self, origin: str) -> Rank:
+        assert self._ranks is not None
+        trusted, known = self._ranks
+        if origin == self.own_origin:
+            return Rank.OWN
+        return Rank.TRUSTED if origin in trusted else Rank.KNOWN if origin in known else Rank.UNKNOWN
+
+    def screen(self, db: sqlite3.Connection, items: Sequence[tuple[str, Record | RecordError]]) -> set[int]:
+        """The indexes of ``items`` (source, verified record or refusal) to refuse for the budget;
+        runs inside the batch's write transaction, before anything of the batch is stored."""
+        if self.limits.off:
+            if self._ranks is None:  # the budget was turned off: what it declined is taken again
+                self._ranks = (set(), set())
+                self.touched.update(q.undecline(db, expired_at="9999"))
+            return set()
+        records = [(k, source, item) for k, (source, item) in enumerate(items)
+                   if isinstance(item, Record) and item.origin != self.own_origin]
+        if not records:
+            return set()
+        if self._ranks is None:
+            self._ranks = (trusted_origins(db, self._config), q.peer_origins(db))
+            self.touched.update(q.undecline(db, expired_at=iso(self.now), origins=self._ranks[0]))
+        declined = q.declined(db)
+        offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined)
+                  for _, source, r in records]
+        decision = decide(self.limits, self._holdings(db), offers, spent=self.spent)
+        self.spent = decision.exchange
+        for origin in decision.evicted:
+            self._evict(db, origin)
+        refused: dict[str, tuple[Record, Bound]] = {}
+        for i, bound in decision.refused.items():
+            record = records[i][2]
+            if bound in LASTING and record.seq is not None:
+                top = refused.get(record.origin)
+                if top is None or (top[0].seq or 0) < record.seq:
+                    refused[record.origin] = (record, bound)
+        for origin, (record, _) in refused.items():
+            assert record.seq is not None
+            q.decline(db, origin, q.Head(record.seq, holdings.digest_of(record.raw)), until=self.until)
+            self.touched.add(origin)
+        return {records[i][0] for i in decision.refused}
+
+    def _holdings(self, db: sqlite3.Connection) -> list[Holding]:
+        by_origin: dict[str, dict[str, int]] = {}
+        last: dict[str, str] = {}
+        for row in q.held_by_origin_and_source(db, self.own_origin):
+            sources = by_origin.setdefault(row.origin, {})
+            peer = peer_of(row.source)
+            sources[peer] = sources.get(peer, 0) + row.size
+            last[row.origin] = max(last.get(row.origin, ""), row.last)
+        return [Holding(o, self.rank(o), s, last[o]) for o, s in by_origin.items()]
+
+    def _evict(self, db: sqlite3.Connection, origin: str) -> None:
+        head = q.held_head(db, origin)
+        removed, _ = q.evict(db, origin)
+        if head is not None:
+            q.decline(db, origin, head, until=self.until)
+        if removed:
+            holdings.count_refusal(db, BUDGET_SOURCE, EVICTED, self.now, removed)
+        self.evicted.append(origin)
+        self.touched.add(origin)
