@@ -32,7 +32,9 @@ A peer is the delivering ``source``, with every folder file counted as one peer 
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Final
@@ -42,7 +44,7 @@ from neverest.config import Config
 from neverest.memory import holdings
 from neverest.memory.budget import LASTING, Bound, Holding, Limits, Offer, Rank, decide
 from neverest.memory.queries import budget as q
-from neverest.records import Record, RecordError
+from neverest.records import MAX_RECORD_BYTES, Record, RecordError
 
 OVER_BUDGET: Final = "over-budget"
 EVICTED: Final = "evicted"
@@ -76,11 +78,43 @@ class Gate:
         self.limits, self.own_origin, self.now = limits_of(config), own_origin, now
         self.until = iso(now + timedelta(seconds=config.declined_remember_s))
         self._config = config
-        self._ranks: tuple[set[str], set[str]] | None = None  # (trusted, known), read at the first batch
+        self._ranks: tuple[set[str], set[str]] | None = None  # (trusted, known), read once
+        self._declined: dict[str, int] | None = None  # declined origins not trusted and their seq, read once
+        self._pruned = False  # expired declines and those of trusted origins dropped (at the first batch)
         self.spent = 0
         # Origins whose digest entry may have changed though no record of theirs was received.
         self.touched: set[str] = set()
         self.evicted: list[str] = []
+        self.early: Counter[str] = Counter()  # lines refused unverified, by source, not counted in the store yet
+
+    def _read(self, db: sqlite3.Connection) -> tuple[set[str], set[str], dict[str, int]]:
+        if self._ranks is None or self._declined is None:
+            self._ranks = (trusted_origins(db, self._config), q.peer_origins(db))
+            self._declined = {o: seq for o, seq in q.declined_seqs(db, after=iso(self.now)).items()
+                              if o not in self._ranks[0]}
+        return self._ranks[0], self._ranks[1], self._declined
+
+    def declines(self, db: sqlite3.Connection, raw: bytes, source: str) -> bool:
+        """Whether ``raw`` claims a declined origin at a seq no higher than the head shown for it: it
+        is refused before it is verified (valid or not, it would be refused).  A record past that
+        head goes on to be verified, so that a valid one moves the head and is not sent again.
+        Counted by source until the next batch is written."""
+        if self.limits.off:
+            return False
+        declined = self._read(db)[2]
+        if not declined:
+            return False
+        origin, seq = _claim(raw)
+        if origin is None or seq is None or seq > declined.get(origin, 0):
+            return False
+        self.early[source] += 1
+        return True
+
+    def take_early(self) -> Counter[tuple[str, str]]:
+        """The early refusals, to count in the store with the batch's others."""
+        out = Counter({(source, OVER_BUDGET): n for source, n in self.early.items()})
+        self.early.clear()
+        return out
 
     def rank(self, origin: str) -> Rank:
         assert self._ranks is not None
@@ -93,18 +127,18 @@ class Gate:
         """The indexes of ``items`` (source, verified record or refusal) to refuse for the budget;
         runs inside the batch's write transaction, before anything of the batch is stored."""
         if self.limits.off:
-            if self._ranks is None:  # the budget was turned off: what it declined is taken again
-                self._ranks = (set(), set())
+            if not self._pruned:  # the budget was turned off: what it declined is taken again
+                self._pruned = True
                 self.touched.update(q.undecline(db, expired_at="9999"))
             return set()
         records = [(k, source, item) for k, (source, item) in enumerate(items)
                    if isinstance(item, Record) and item.origin != self.own_origin]
         if not records:
             return set()
-        if self._ranks is None:
-            self._ranks = (trusted_origins(db, self._config), q.peer_origins(db))
-            self.touched.update(q.undecline(db, expired_at=iso(self.now), origins=self._ranks[0]))
-        declined = q.declined(db)
+        trusted, _, declined = self._read(db)
+        if not self._pruned:
+            self._pruned = True
+            self.touched.update(q.undecline(db, expired_at=iso(self.now), origins=trusted))
         offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined)
                   for _, source, r in records]
         decision = decide(self.limits, self._holdings(db), offers, spent=self.spent)
@@ -121,7 +155,7 @@ class Gate:
         for origin, (record, _) in refused.items():
             assert record.seq is not None
             q.decline(db, origin, q.Head(record.seq, holdings.digest_of(record.raw)), until=self.until)
-            self.touched.add(origin)
+            self._note_declined(origin, record.seq)
         return {records[i][0] for i in decision.refused}
 
     def _holdings(self, db: sqlite3.Connection) -> list[Holding]:
@@ -139,7 +173,28 @@ class Gate:
         removed, _ = q.evict(db, origin)
         if head is not None:
             q.decline(db, origin, head, until=self.until)
+            self._note_declined(origin, head.seq)
         if removed:
             holdings.count_refusal(db, BUDGET_SOURCE, EVICTED, self.now, removed)
         self.evicted.append(origin)
         self.touched.add(origin)
+
+    def _note_declined(self, origin: str, seq: int) -> None:
+        self.touched.add(origin)
+        if self._declined is not None:
+            self._declined[origin] = max(seq, self._declined.get(origin, 0))
+
+
+def _claim(raw: bytes) -> tuple[str | None, int | None]:
+    """The origin and seq a line claims, unverified; (None, None) when it cannot be read (an
+    oversized line is left to the verifier, which refuses it before parsing it)."""
+    if len(raw) > MAX_RECORD_BYTES:
+        return None, None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(obj, dict):
+        return None, None
+    origin, seq = obj.get("origin"), obj.get("seq")
+    return (origin if type(origin) is str else None), (seq if type(seq) is int else None)

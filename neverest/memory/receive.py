@@ -204,17 +204,19 @@ class Receiver:
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit."""
         result = ReceiveResult()
-        for _, item in parse_many(self._unseen(lines, result)):
+        for _, item in parse_many(self._unseen(lines, result, source)):
             self._pending.append((source, item, result))
             if len(self._pending) >= _BATCH:
                 self.flush()
         return result
 
-    def _unseen(self, lines: Iterable[bytes | str | None], result: ReceiveResult
+    def _unseen(self, lines: Iterable[bytes | str | None], result: ReceiveResult, source: str
                 ) -> Iterator[tuple[None, bytes | str | None]]:
         """Lines not held yet.  A line whose exact bytes are held was verified when it was
         stored: skipping it before verification makes re-reading a folder or a peer's
-        answer cost an index look-up per record instead of a signature check."""
+        answer cost an index look-up per record instead of a signature check.  A line that
+        claims an origin the storage budget declined is refused unverified: it would be
+        refused valid or not."""
         db = self.store.db
         for line in lines:
             if line is not None:
@@ -222,10 +224,13 @@ class Receiver:
                 if holdings.holds(db, holdings.digest_of(raw)):
                     result.duplicates += 1
                     continue
+                if self.gate.declines(db, raw, source):
+                    result.refused[admission.OVER_BUDGET] += 1
+                    continue
             yield None, line
 
     def flush(self) -> None:
-        if not self._pending:
+        if not self._pending and not self.gate.early:
             return
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
         # The batch's lesson sentences embedded in one call: much cheaper than one by one.
@@ -240,6 +245,7 @@ class Receiver:
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
+            refused.update(self.gate.take_early())
             for (source, reason), n in refused.items():
                 holdings.count_refusal(db, source, reason, self.now, n)
         self._pending = []

@@ -75,6 +75,11 @@ def declined(db: sqlite3.Connection) -> dict[str, Head]:
     return {str(o): Head(int(s), str(d)) for o, s, d in db.execute("SELECT origin, seq, digest FROM declined")}
 
 
+def declined_seqs(db: sqlite3.Connection, *, after: str) -> dict[str, int]:
+    """The origins declined until after ``after``, with the seq shown for them."""
+    return {str(o): int(s) for o, s in db.execute("SELECT origin, seq FROM declined WHERE until > ?", (after,))}
+
+
 def declined_head(db: sqlite3.Connection, origin: str) -> Head | None:
     row = db.execute("SELECT seq, digest FROM declined WHERE origin = ?", (origin,)).fetchone()
     return None if row is None else Head(int(row[0]), str(row[1]))
