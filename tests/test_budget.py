@@ -164,3 +164,18 @@ def test_the_exchange_bound_counts_across_batches() -> None:
     assert first.refused == {} and first.exchange == 800
     second = decide(Limits(exchange_bytes=1000), [], [offer], spent=first.exchange)
     assert second.refused == {0: "exchange"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_the_holdings_of_the_offers_alone_decide_the_same_when_there_is_room(
+        world: tuple[Limits, list[Holding], list[Offer]]) -> None:
+    limits, held, offers = world
+    total = sum(h.size for h in held if h.rank is not Rank.OWN)
+    if limits.total_bytes and total + sum(o.size for o in offers if o.rank is not Rank.OWN) > limits.total_bytes:
+        return  # the gate reads every holding then
+    origins, sources = {o.origin for o in offers}, {o.source for o in offers}
+    part = [h for h in held if h.origin in origins or set(h.by_source) & sources]
+    part = [Holding(h.origin, h.rank, h.by_source if h.origin in origins else
+                    {s: n for s, n in h.by_source.items() if s in sources}, h.last) for h in part]
+    assert decide(limits, part, offers, total=total) == decide(limits, held, offers)

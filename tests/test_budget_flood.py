@@ -146,6 +146,8 @@ def test_a_strangers_flood_through_gossip_is_bounded_and_stops(net: Net, flood: 
     # Each origin's bound: at most 16 000 bytes of one origin (about 12 of its 15 records).
     per_origin = dict(victim.store.db.execute("SELECT origin, sum(length(raw)) FROM records GROUP BY origin"))
     assert max(per_origin.values()) <= BOUNDED.received_origin_budget_bytes
+    # The usage the triggers keep is what the records hold.
+    assert sum(per_origin.values()) == size and len(per_origin) == len(q.usage(victim.store.db, victim.origin))
     no_gaps(victim.store)
     over = refused(victim.store, admission.OVER_BUDGET)
     assert set(over) == {f"gossip:{attacker.origin}"} and over[f"gossip:{attacker.origin}"] > 0
@@ -199,9 +201,9 @@ def test_own_and_trusted_records_survive_a_flood_and_take_room_back(net: Net, fl
     before = held_seqs(victim.store)
     assert before[known] == before[trusted] == before[victim.origin] == [1, 2, 3, 4, 5]
     # Strangers from several peers fill the budget to the top.
-    for n, part in enumerate(range(0, 6000, 2000)):
+    for n, part in enumerate(range(0, 3000, 1000)):
         attacker = net.add(f"attacker{n}", 100 + n, UNBOUNDED)
-        plant(attacker.store, flood[part:part + 2000])
+        plant(attacker.store, flood[part:part + 1000])
         net.until_quiet(attacker, victim)
     after = held_seqs(victim.store)
     for origin in (victim.origin, trusted, known):
@@ -260,7 +262,7 @@ def _origin(k: nacl.signing.SigningKey) -> str:
 def test_an_honest_new_origin_gets_in_while_there_is_room(net: Net, flood: list[bytes]) -> None:
     victim = net.add("victim", 1, BOUNDED)
     attacker = net.add("attacker", 99, UNBOUNDED)
-    plant(attacker.store, flood[:4000])
+    plant(attacker.store, flood[:2000])
     net.until_quiet(attacker, victim)
     honest = net.add("honest", 50, UNBOUNDED)
     newcomer = key(3)
@@ -273,14 +275,14 @@ def test_an_honest_new_origin_gets_in_while_there_is_room(net: Net, flood: list[
 def test_the_bound_holds_across_a_restart(net: Net, tmp_path: Path, flood: list[bytes]) -> None:
     victim = net.add("victim", 1, BOUNDED)
     first = net.add("attacker", 99, UNBOUNDED)
-    plant(first.store, flood[:3000])
+    plant(first.store, flood[:1500])
     net.until_quiet(first, victim)
     victim.close()
     net.cluster.nodes.remove(victim)
     again = net.add("victim", 1, BOUNDED)  # the same home: a restarted daemon
     assert net.exchange(first, again) == (0, 1, True)  # what it declined is still declined
     second = net.add("attacker2", 98, UNBOUNDED)
-    plant(second.store, flood[3000:6000])
+    plant(second.store, flood[1500:3000])
     net.until_quiet(second, again)
     assert received(again.store, again.origin)[1] <= BOUNDED.received_budget_bytes
     no_gaps(again.store)
@@ -359,6 +361,11 @@ def test_a_v4_store_gains_the_declined_table(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert q.declined(store.db) == {} and holdings.count(store.db) == 1
+        assert q.usage(store.db, "f" * 16) == [q.PeerBytes(_origin(key(7)), "test", len(raw), iso(NOW))]
+        # From now on the triggers keep the usage: a delete takes the row away.
+        with store.write() as wdb:
+            wdb.execute("DELETE FROM records")
+        assert q.usage(store.db, "f" * 16) == [] and q.received_bytes(store.db, "f" * 16) == (0, 0)
         with store.write() as wdb:
             q.decline(wdb, "a" * 16, q.Head(3, "ab" * 16), until=iso(NOW))
             q.decline(wdb, "a" * 16, q.Head(2, "cd" * 16), until=iso(NOW + timedelta(days=1)))

@@ -57,7 +57,8 @@ def limits_of(config: Config) -> Limits:
 
 
 def peer_of(source: str) -> str:
-    """The peer a source counts against: a folder's files are one peer."""
+    """The peer a source counts against: a folder's files are one peer (as ``received_usage``'s
+    triggers count them, store.py)."""
     return "folder" if source.startswith("folder:") else source
 
 
@@ -141,7 +142,8 @@ class Gate:
             self.touched.update(q.undecline(db, expired_at=iso(self.now), origins=trusted))
         offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined)
                   for _, source, r in records]
-        decision = decide(self.limits, self._holdings(db), offers, spent=self.spent)
+        total = q.received_bytes(db, self.own_origin)[1]
+        decision = decide(self.limits, self._holdings(db, offers, total), offers, spent=self.spent, total=total)
         self.spent = decision.exchange
         for origin in decision.evicted:
             self._evict(db, origin)
@@ -158,13 +160,18 @@ class Gate:
             self._note_declined(origin, record.seq)
         return {records[i][0] for i in decision.refused}
 
-    def _holdings(self, db: sqlite3.Connection) -> list[Holding]:
+    def _holdings(self, db: sqlite3.Connection, offers: Sequence[Offer], total: int) -> list[Holding]:
+        """What ``decide`` needs: every holding when the batch may need room taken, else only those
+        of the offers' origins and peers (budget.decide says why that is enough)."""
+        incoming = sum(o.size for o in offers if o.rank is not Rank.OWN)
+        if self.limits.total_bytes and total + incoming > self.limits.total_bytes:
+            rows = q.usage(db, self.own_origin)
+        else:
+            rows = q.usage(db, self.own_origin, origins={o.origin for o in offers}, peers={o.source for o in offers})
         by_origin: dict[str, dict[str, int]] = {}
         last: dict[str, str] = {}
-        for row in q.held_by_origin_and_source(db, self.own_origin):
-            sources = by_origin.setdefault(row.origin, {})
-            peer = peer_of(row.source)
-            sources[peer] = sources.get(peer, 0) + row.size
+        for row in rows:
+            by_origin.setdefault(row.origin, {})[row.peer] = row.size
             last[row.origin] = max(last.get(row.origin, ""), row.last)
         return [Holding(o, self.rank(o), s, last[o]) for o, s in by_origin.items()]
 

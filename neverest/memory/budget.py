@@ -164,13 +164,20 @@ def victims(held: Sequence[Holding], offered: set[str]) -> list[Holding]:
                   key=key, reverse=True)
 
 
-def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, spent: int = 0) -> Decision:
+def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, spent: int = 0,
+           total: int | None = None) -> Decision:
     """Which offers to refuse (and for which bound) and which holdings to evict, offers taken in order;
-    ``spent`` is what earlier batches of the same exchange admitted against ``exchange_bytes``."""
+    ``spent`` is what earlier batches of the same exchange admitted against ``exchange_bytes``.
+
+    ``held`` is every holding, or, when ``total`` (the bytes of every holding but own ones) is given
+    and the offers fit under ``total_bytes`` with it, only the holdings of the offers' origins and
+    sources (nothing can be evicted then, and those are all the other bounds read)."""
     decision = Decision(exchange=spent)
     if limits.off:
         return decision
     usage = _Usage(held)
+    if total is not None:
+        usage.total = total
     queue = victims(held, {o.origin for o in offers})
     cut: dict[str, Bound] = {}
     exchange = spent

@@ -1,5 +1,6 @@
 """The storage budget's SQL (the rule is memory/budget.py, the glue memory/admission.py).
 
+``received_usage`` (schema v5, kept by triggers) holds the bytes by origin and peer.
 ``declined`` (schema v5) remembers origins this memory chose not to hold, with the head it
 was offered or held of them: gossip's digest shows that head (gossip/view.py), so peers do not
 send the origin again until the row expires.
@@ -7,33 +8,42 @@ send the origin again until the row expires.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 # Where a peer address came from when the owner chose it (peers/table.py's sources).
 _CHOSEN = ("manual", "config")
 
 
-class SourceBytes(NamedTuple):
+class PeerBytes(NamedTuple):
     origin: str
-    source: str
+    peer: str
     size: int
     last: str  # when the last of these records arrived
 
 
-def held_by_origin_and_source(db: sqlite3.Connection, own_origin: str) -> list[SourceBytes]:
-    """Bytes of records held from other origins, by origin and delivering source.  ``length`` of a
-    BLOB reads its size from the row header, not the blob."""
-    return [SourceBytes(str(o), str(s), int(n), str(t)) for o, s, n, t in db.execute(
-        "SELECT origin, source, sum(length(raw)), max(received) FROM records WHERE origin != ? "
-        "GROUP BY origin, source", (own_origin,))]
+_USAGE = "SELECT origin, peer, bytes, last FROM received_usage WHERE origin != ?"
+
+
+def usage(db: sqlite3.Connection, own_origin: str, *, origins: Collection[str] | None = None,
+          peers: Collection[str] = ()) -> list[PeerBytes]:
+    """Bytes of records held from other origins, by origin and delivering peer (``received_usage``,
+    kept by triggers on ``records``): every row, or only those of ``origins`` or ``peers``."""
+    if origins is None:
+        rows = db.execute(_USAGE, (own_origin,))
+    else:
+        rows = db.execute(f"{_USAGE} AND (origin IN (SELECT value FROM json_each(?)) "
+                          "OR peer IN (SELECT value FROM json_each(?)))",
+                          (own_origin, json.dumps(sorted(origins)), json.dumps(sorted(peers))))
+    return [PeerBytes(str(o), str(p), int(n), str(t)) for o, p, n, t in rows]
 
 
 def received_bytes(db: sqlite3.Connection, own_origin: str) -> tuple[int, int]:
     """(records, bytes) held from other origins."""
-    n, size = db.execute("SELECT count(*), coalesce(sum(length(raw)), 0) FROM records WHERE origin != ?",
-                         (own_origin,)).fetchone()
+    n, size = db.execute("SELECT coalesce(sum(records), 0), coalesce(sum(bytes), 0) FROM received_usage "
+                         "WHERE origin != ?", (own_origin,)).fetchone()
     return int(n), int(size)
 
 
