@@ -73,7 +73,7 @@ class Config:
     # whose lessons came true here) are never refused or evicted for it; strangers' fill only what is left.
     received_budget_bytes: int = 256 * 1024 * 1024  # everything received, trusted origins included
     received_origin_budget_bytes: int = 4 * 1024 * 1024  # one untrusted origin
-    received_peer_budget_bytes: int = 64 * 1024 * 1024  # untrusted origins' records delivered by one peer or source
+    received_peer_budget_bytes: int = 16 * 1024 * 1024  # untrusted origins' records delivered by one peer or source
     received_exchange_budget_bytes: int = 2 * 1024 * 1024  # untrusted records taken from one exchange or sync
     declined_remember_s: float = 86400.0  # how long an origin refused or evicted for the budget stays refused
     # The daemon (neverestd).  Times of day are the machine's local time.

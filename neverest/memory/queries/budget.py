@@ -47,6 +47,13 @@ def received_bytes(db: sqlite3.Connection, own_origin: str) -> tuple[int, int]:
     return int(n), int(size)
 
 
+def report(db: sqlite3.Connection, own_origin: str, budget_bytes: int) -> dict[str, int]:
+    """What status shows of the budget: records and bytes held from others, the budget, origins declined."""
+    n, size = received_bytes(db, own_origin)
+    declined_n = int(db.execute("SELECT count(*) FROM declined").fetchone()[0])
+    return {"records": n, "bytes": size, "budget_bytes": budget_bytes, "declined_origins": declined_n}
+
+
 def chosen_peer_origins(db: sqlite3.Connection) -> set[str]:
     """Origins of the peers the owner added by hand or in the config."""
     marks = ",".join("?" * len(_CHOSEN))
