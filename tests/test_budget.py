@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from hypothesis import given, settings
@@ -124,6 +125,31 @@ def test_no_limits_decide_nothing(world: tuple[Limits, list[Holding], list[Offer
     assert decide(Limits(), held, offers) == Decision()
 
 
+@settings(max_examples=200, deadline=None)
+@given(worlds(), st.integers(1, 29))
+def test_batches_decide_as_one(world: tuple[Limits, list[Holding], list[Offer]], at: int) -> None:
+    """Offers split into two batches, the second told what the first did, decide what one batch does
+    (no eviction in play: the gate re-reads the holdings between batches, this test does not)."""
+    limits, held, offers = world
+    limits = dataclasses.replace(limits, total_bytes=0)
+    whole = decide(limits, held, offers)
+    first = decide(limits, held, offers[:at])
+    applied = list(held) + [Holding(f"+{i}", o.rank, {o.source: o.size}) for i, o in enumerate(offers[:at])
+                            if i not in first.refused]
+    # Admitted offers count against their origin and source from now on.
+    merged: dict[str, dict[str, int]] = {}
+    ranks = {h.origin: h.rank for h in held} | {o.origin: o.rank for o in offers}
+    for h in applied:
+        origin = offers[int(h.origin[1:])].origin if h.origin.startswith("+") else h.origin
+        for s, n in h.by_source.items():
+            merged.setdefault(origin, {}).setdefault(s, 0)
+            merged[origin][s] += n
+    after = [Holding(o, ranks[o], s) for o, s in merged.items()]
+    second = decide(limits, after, offers[at:], spent=first.exchange, cut=first.cut)
+    refused = set(first.refused) | {i + at for i in second.refused}
+    assert refused == set(whole.refused)
+
+
 def _u(i: int) -> str:
     return ORIGINS[i]
 
@@ -135,7 +161,7 @@ def test_a_full_store_takes_a_stranger_only_while_there_is_room() -> None:
               Offer(_u(1), 50, "gossip:b", Rank.UNKNOWN)]
     d = decide(limits, held, offers)
     # The second record does not fit; the third would, but an origin is cut once it is refused.
-    assert d == Decision(refused={1: "total", 2: "total"}, evicted=[], exchange=300)
+    assert (d.refused, d.evicted, d.exchange) == ({1: "total", 2: "total"}, [], 300)
 
 
 def test_a_known_origin_evicts_the_biggest_sources_strangers_first() -> None:
@@ -155,7 +181,7 @@ def test_a_known_origin_evicts_the_biggest_sources_strangers_first() -> None:
 def test_a_known_offer_evicts_nothing_when_that_would_not_make_room() -> None:
     held = [Holding(_u(0), Rank.UNKNOWN, {"gossip:a": 100}), Holding(_u(1), Rank.KNOWN, {"gossip:a": 900})]
     d = decide(Limits(total_bytes=1000), held, [Offer(_u(2), 300, "gossip:b", Rank.KNOWN)])
-    assert d == Decision(refused={0: "total"}, evicted=[], exchange=0)
+    assert (d.refused, d.evicted, d.exchange) == ({0: "total"}, [], 0)
 
 
 def test_the_exchange_bound_counts_across_batches() -> None:
@@ -164,6 +190,12 @@ def test_the_exchange_bound_counts_across_batches() -> None:
     assert first.refused == {} and first.exchange == 800
     second = decide(Limits(exchange_bytes=1000), [], [offer], spent=first.exchange)
     assert second.refused == {0: "exchange"}
+    # A smaller record of the origin cut would fit, but it would leave a hole: it is refused too,
+    # and so is the rest of that origin in the next batch, while other origins still get in.
+    small = Offer(_u(0), 100, "gossip:a", Rank.UNKNOWN)
+    third = decide(Limits(exchange_bytes=1000), [], [small, Offer(_u(1), 100, "gossip:a", Rank.UNKNOWN)],
+                   spent=second.exchange, cut=second.cut)
+    assert third.refused == {0: "exchange"} and third.exchange == 900
 
 
 @settings(max_examples=200, deadline=None)

@@ -373,3 +373,22 @@ def test_a_v4_store_gains_the_declined_table(tmp_path: Path) -> None:
         with store.write() as wdb:
             assert q.undecline(wdb, expired_at=iso(NOW)) == []
             assert q.undecline(wdb, expired_at=iso(NOW + timedelta(days=1))) == ["a" * 16]
+
+
+def test_status_and_metrics_show_the_budget_and_its_refusals(tmp_path: Path, flood: list[bytes]) -> None:
+    from neverest.clock import FixedClock
+    from neverest.memory.service import Memory
+    from neverest.metrics import render_metrics, snapshot_from_status
+
+    config = dataclasses.replace(BOUNDED, received_budget_bytes=100_000)
+    with Memory.open(tmp_path, config, FixedClock(NOW)) as memory:
+        receive(memory.store, flood[:150], source="folder:x.jsonl", own_origin=memory.identity.origin, config=config,
+                now=NOW)
+        status = memory.status()
+    got = status["received"]
+    assert 0 < got["bytes"] <= 100_000 and got["budget_bytes"] == 100_000 and got["declined_origins"] > 0
+    assert any(r["reason"] == admission.OVER_BUDGET and r["source"] == "folder:x.jsonl" for r in status["refused"])
+    page = render_metrics(snapshot_from_status(status))
+    assert f"neverest_received_bytes {got['bytes']}" in page
+    assert "neverest_received_budget_bytes 100000" in page
+    assert 'neverest_refusals_total{source="folder:x.jsonl",reason="over-budget"}' in page

@@ -83,6 +83,7 @@ class Gate:
         self._declined: dict[str, int] | None = None  # declined origins not trusted and their seq, read once
         self._pruned = False  # expired declines and those of trusted origins dropped (at the first batch)
         self.spent = 0
+        self.cut: dict[str, Bound] = {}  # origins refused by an earlier batch: their later records are too
         # Origins whose digest entry may have changed though no record of theirs was received.
         self.touched: set[str] = set()
         self.evicted: list[str] = []
@@ -143,7 +144,9 @@ class Gate:
         offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined)
                   for _, source, r in records]
         total = q.received_bytes(db, self.own_origin)[1]
-        decision = decide(self.limits, self._holdings(db, offers, total), offers, spent=self.spent, total=total)
+        decision = decide(self.limits, self._holdings(db, offers, total), offers, spent=self.spent, cut=self.cut,
+                          total=total)
+        self.cut = decision.cut
         self.spent = decision.exchange
         for origin in decision.evicted:
             self._evict(db, origin)

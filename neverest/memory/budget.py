@@ -104,6 +104,7 @@ class Decision:
     refused: dict[int, Bound] = field(default_factory=dict)  # offer index -> the bound that refused it
     evicted: list[str] = field(default_factory=list)  # origins to evict, in order
     exchange: int = 0  # known and unknown bytes admitted, those of earlier batches of the exchange included
+    cut: dict[str, Bound] = field(default_factory=dict)  # origins refused, earlier batches' included
 
 
 class _Usage:
@@ -165,21 +166,23 @@ def victims(held: Sequence[Holding], offered: set[str]) -> list[Holding]:
 
 
 def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, spent: int = 0,
-           total: int | None = None) -> Decision:
+           cut: Mapping[str, Bound] | None = None, total: int | None = None) -> Decision:
     """Which offers to refuse (and for which bound) and which holdings to evict, offers taken in order;
-    ``spent`` is what earlier batches of the same exchange admitted against ``exchange_bytes``.
+    ``spent`` and ``cut`` are what earlier batches of the same exchange admitted against
+    ``exchange_bytes`` and the origins they refused (``Decision.exchange`` and ``.cut``): a batch
+    never admits the rest of an origin an earlier batch cut.
 
     ``held`` is every holding, or, when ``total`` (the bytes of every holding but own ones) is given
     and the offers fit under ``total_bytes`` with it, only the holdings of the offers' origins and
     sources (nothing can be evicted then, and those are all the other bounds read)."""
-    decision = Decision(exchange=spent)
+    decision = Decision(exchange=spent, cut=dict(cut or {}))
     if limits.off:
         return decision
     usage = _Usage(held)
     if total is not None:
         usage.total = total
     queue = victims(held, {o.origin for o in offers})
-    cut: dict[str, Bound] = {}
+    cut = decision.cut
     exchange = spent
     for i, offer in enumerate(offers):
         if offer.rank is Rank.OWN:
