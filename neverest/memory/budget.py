@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 Bound = Literal["origin", "peer", "exchange", "total", "declined"]
 # Refusals for these bounds last (the origin is *declined* for a while, admission.py): a
@@ -88,9 +88,9 @@ class Holding:
         return sum(self.by_source.values())
 
 
-@dataclass(frozen=True)
-class Offer:
-    """One verified record about to be stored: its origin, its size, who delivered it."""
+class Offer(NamedTuple):
+    """One verified record about to be stored: its origin, its size, who delivered it (a tuple: a
+    batch makes one per record)."""
 
     origin: str
     size: int
@@ -181,7 +181,7 @@ def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, 
     usage = _Usage(held)
     if total is not None:
         usage.total = total
-    queue = victims(held, {o.origin for o in offers})
+    queue: list[Holding] | None = None  # sorted only when room must be taken
     cut = decision.cut
     exchange = spent
     for i, offer in enumerate(offers):
@@ -190,6 +190,8 @@ def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, 
         reason = cut.get(offer.origin) or _bound(limits, usage, offer, exchange)
         if reason is None and limits.total_bytes and usage.total + offer.size > limits.total_bytes:
             need = usage.total + offer.size - limits.total_bytes
+            if queue is None:
+                queue = victims(held, {o.origin for o in offers})
             lower = [h for h in queue if h.rank > offer.rank]
             if offer.rank is Rank.TRUSTED or sum(h.size for h in lower) >= need:
                 for h in lower:

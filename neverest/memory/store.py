@@ -263,7 +263,6 @@ CREATE TABLE received_usage (
     last TEXT NOT NULL,
     PRIMARY KEY (origin, peer)
 ) WITHOUT ROWID;
-CREATE INDEX received_usage_peer ON received_usage(peer);
 INSERT INTO received_usage (origin, peer, bytes, records, last)
     SELECT origin, {_PEER_OF_SOURCE.format("records")}, sum(length(raw)), count(*), max(received)
     FROM records GROUP BY 1, 2;
