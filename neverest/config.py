@@ -71,6 +71,14 @@ class Config:
     # Layers (PROTOCOL.md §9): lessons received from these origins (comma-separated) form the
     # "domain" layer (a language's, a tool's, a codebase's memory); all others the "common" one.
     domain_origins: str = ""
+    # Storage taken from peers (memory/budget.py): bytes of received records held, 0 = no bound.  Records of
+    # origins this memory trusts (trust_allow, domain_origins, peers added by hand or in the config, origins
+    # whose lessons came true here) are never refused or evicted for it; strangers' fill only what is left.
+    received_budget_bytes: int = 256 * 1024 * 1024  # everything received, trusted origins included
+    received_origin_budget_bytes: int = 4 * 1024 * 1024  # one untrusted origin
+    received_peer_budget_bytes: int = 16 * 1024 * 1024  # untrusted origins' records delivered by one peer or source
+    received_exchange_budget_bytes: int = 2 * 1024 * 1024  # untrusted records taken from one exchange or sync
+    declined_remember_s: float = 86400.0  # how long an origin refused or evicted for the budget stays refused
     # The daemon (neverestd).  Times of day are the machine's local time.
     sleep_at: str = "03:00"  # the nightly sleep, HH:MM
     inbox_every_s: float = 2.0  # how often the inbox file is drained
@@ -202,6 +210,10 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     config = dataclasses.replace(Config(), **{k: _coerce(k, _kind(k), v) for k, v in values.items()})
     if config.trust not in TRUST_POLICIES:
         raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")
+    for name in ("received_budget_bytes", "received_origin_budget_bytes", "received_peer_budget_bytes",
+                 "received_exchange_budget_bytes", "declined_remember_s"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name}: {getattr(config, name)!r} is negative (0 turns the bound off)")
     if not 0.0 <= config.holdout <= 1.0:
         raise ConfigError(f"holdout: {config.holdout!r} is not a share between 0 and 1")
     try:

@@ -14,6 +14,10 @@ Metrics:
 - ``neverest_records`` (signed records held), ``neverest_episodes``, ``neverest_lessons`` (not archived)
 - ``neverest_exchanges_total{outcome}``: gossip exchanges since the daemon started, by outcome
 - ``neverest_refusals_total{source, reason}``: refused inputs, as counted in the store
+  (``over-budget``: records refused for the storage budget; ``evicted`` from source ``budget``:
+  records it evicted)
+- ``neverest_received_bytes``, ``neverest_received_budget_bytes``: bytes of records held from other
+  origins, and the budget for them (memory/budget.py; 0: none)
 - ``neverest_peers{health}``: known peer addresses by health
 - ``neverest_last_sleep_timestamp_seconds``: when the last sleep started (absent before the first)
 """
@@ -55,6 +59,8 @@ class MetricsSnapshot:
     refusals: Sequence[Refusal] = ()
     peers: Mapping[str, int] = field(default_factory=dict)
     last_sleep_unix: float | None = None
+    received_bytes: int = 0  # bytes of records held from other origins (the storage budget's measure)
+    received_budget_bytes: int = 0
 
 
 def escape_label(value: str) -> str:
@@ -120,6 +126,10 @@ def render_metrics(snapshot: MetricsSnapshot) -> str:
              [((outcome,), n) for outcome, n in snapshot.exchanges.items()])
     w.metric("refusals_total", "counter", "Refused inputs (records, requests), by source and reason.",
              ("source", "reason"), [((r.source, r.reason), r.count) for r in snapshot.refusals])
+    w.metric("received_bytes", "gauge", "Bytes of records held from other origins.", (),
+             [((), snapshot.received_bytes)])
+    w.metric("received_budget_bytes", "gauge", "The budget for records received (0: none).", (),
+             [((), snapshot.received_budget_bytes)])
     w.metric("peers", "gauge", "Known peer addresses, by health.", ("health",),
              [((health,), n) for health, n in snapshot.peers.items()])
     w.metric("last_sleep_timestamp_seconds", "gauge", "When the last sleep started, in Unix seconds.", (),
@@ -173,9 +183,12 @@ def snapshot_from_status(status: Mapping[str, Any], *, exchanges: Mapping[str, i
                 for r in (refused if isinstance(refused, list) else []) if isinstance(r, dict)]
     uptime = status.get("uptime_s")
     last_sleep = status.get("last_sleep")
+    got = status.get("received")
+    got = got if isinstance(got, dict) else {}
     return MetricsSnapshot(
         version=str(status.get("version", "")), origin=str(status.get("origin", "")),
         uptime_s=float(uptime) if isinstance(uptime, int | float) and not isinstance(uptime, bool) else 0.0,
         records=_int(status.get("records")), episodes=_int(status.get("episodes")),
         lessons=_int(status.get("lessons")), exchanges=dict(exchanges or {}), refusals=refusals,
-        peers=dict(peers or {}), last_sleep_unix=unix_seconds(last_sleep if isinstance(last_sleep, str) else None))
+        peers=dict(peers or {}), last_sleep_unix=unix_seconds(last_sleep if isinstance(last_sleep, str) else None),
+        received_bytes=_int(got.get("bytes")), received_budget_bytes=_int(got.get("budget_bytes")))

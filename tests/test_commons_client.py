@@ -208,6 +208,22 @@ def test_pull_through_an_injected_transport_fetches_only_what_changed(mine: tupl
     assert [r.headers.get("if-none-match") for r in fake.requests] == [etag_of(fake.index())]
 
 
+def test_a_file_refused_for_the_storage_budget_is_read_again(mine: tuple[Store, Identity]) -> None:
+    store, identity = mine
+    fake = FakeCommons()
+    lines = [lesson_of(seed, f"Tool {seed} fails on the runner") for seed in (1, 2)]
+    for line in lines:
+        fake.files[parse(line).origin] = line + b"\n"
+    url = "http://commons.invalid"
+    tight = Config(received_exchange_budget_bytes=len(lines[0]) + 10)  # room for one record per pull
+    first = commons_client.pull(store, identity, url, TOKEN, tight, NOW, transport=httpx.MockTransport(fake))
+    assert sum(r.accepted for r in first.files.values()) == 1
+    assert sum(r.refused["over-budget"] for r in first.files.values()) == 1
+    fake.requests.clear()
+    again = commons_client.pull(store, identity, url, TOKEN, tight, NOW, transport=httpx.MockTransport(fake))
+    assert again.file_requests == 1 and sum(r.accepted for r in again.files.values()) == 1
+
+
 def test_an_unreachable_commons_is_told_apart_from_a_refusal(mine: tuple[Store, Identity]) -> None:
     store, identity = mine
 

@@ -330,7 +330,7 @@ def test_a_v3_store_gains_the_hooks_tables_and_keeps_its_lessons(tmp_path: Path)
         db.execute("PRAGMA user_version = 3")
         _own(db, "error", OWN_ERROR, PROJECT, 1.5)
     with open_store(tmp_path) as store:
-        assert schema_version(store.db) == SCHEMA_VERSION == 4
+        assert schema_version(store.db) == SCHEMA_VERSION >= 4
         assert injections.sessions(store.db) == [] and injections.injections(store.db) == []
         assert [c.text for c in injections.candidates(store.db)] == [OWN_ERROR]
 

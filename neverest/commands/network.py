@@ -39,6 +39,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{key:<12} {out[key]}")
     print(f"{'last sleep':<12} {out['last_sleep'] or 'none yet'}")
     print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
+    got = out.get("received")
+    if got:
+        cap = f"of {got['budget_bytes']} " if got["budget_bytes"] else "(no budget) "
+        print(f"{'received':<12} {got['bytes']} bytes {cap}in {got['records']} record(s) from other origins; "
+              f"{got['declined_origins']} origin(s) declined for the budget")
     for item in out["refused"]:
         print(f"refused      {item['count']} x {item['reason']} from {item['source']}")
     return 0

@@ -79,7 +79,10 @@ refuses (an invalid one, or one its rules refuse) is not held, and the records a
 are still applied: a record refused here would be refused again, so waiting for it would
 stop the origin for good.  The cost is that a hostile peer can make this memory skip a
 record by sending an invalid one in its place; the receive function counts that refusal
-against ``gossip:<peer origin>``, which is what peer scoring reads.
+against ``gossip:<peer origin>``, which is what peer scoring reads.  The storage budget
+(memory/admission.py) refuses records too (``over-budget``), but only ever the end of an
+origin's run, so it leaves no hole; the origins it declines show in this memory's digest at
+the head they were offered (gossip/view.py), so the sender finds nothing more to send of them.
 
 **Forks** (one origin, one seq, two different records: a key used on two machines, a
 memory restored from a backup) are detected even where the seqs alone agree.  When a

@@ -4,7 +4,9 @@
   (superseded rows included: they are held and relayed) and the short hash of that row's
   bytes, taken from the ``digest`` column the store indexes records by; when ``forks`` holds
   evidence of another record at that seq, a hash of all of them (``core.seq_hash``; core.py
-  says why), with their range index (ranges.py).  They are rebuilt only when the database
+  says why), with their range index (ranges.py).  An origin the storage budget *declined*
+  (memory/admission.py) shows the head it was offered or held of it when that is higher than
+  what is held, so that peers do not send it again while it is declined.  They are rebuilt only when the database
   changed, so the common in-sync exchange costs two PRAGMA reads; and when the change was
   this view's own ``apply`` and nothing else committed meanwhile, only the origins of the
   records applied are read again, so an exchange that receives a few records does not
@@ -14,8 +16,9 @@
 - ``apply``: the one receive function (``Receiver``), one per call, so that a batch of
   records from a peer commits in the receiver's batches and is counted under its source.
 
-The incremental path relies on the receive function changing ``records`` and ``forks`` only
-for the origins of the records it is given.  Code that removes or rewrites rows through
+The incremental path relies on the receive function changing ``records``, ``forks`` and
+``declined`` only for the origins of the records it is given and those its budget gate
+reports as ``touched`` (evicted, declined, or no longer declined).  Code that removes or rewrites rows through
 this view's connection otherwise must call ``invalidate``.
 """
 
@@ -29,6 +32,7 @@ from neverest.gossip.codec import HASH_BYTES, Digest, Entry
 from neverest.gossip.core import Run, record_cost, record_digest, seq_hash
 from neverest.gossip.ranges import RangeIndex
 from neverest.memory import holdings
+from neverest.memory.queries import budget
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
 
@@ -54,6 +58,9 @@ class SqliteView:
         for head in holdings.heads(db):
             digest = head.digest if head.digest is not None else record_digest(holdings.raw_of(db, head.id)).hex()
             entries[head.origin] = (head.seq, bytes.fromhex(digest))
+        for origin, declined in budget.declined(db).items():
+            if declined.seq > entries.get(origin, (0, b""))[0]:
+                entries[origin] = (declined.seq, bytes.fromhex(declined.digest))
         forked: dict[str, set[bytes]] = {}
         for origin, seq, other in holdings.fork_evidence(db):
             if entries.get(origin, (0, b""))[0] == seq:
@@ -105,18 +112,23 @@ class SqliteView:
             result = receiver.receive(records, source=source)
         after = self.store.data_version()
         # PRAGMA data_version (the first half) moves only when another connection commits: if it
-        # did not, the only change since the cache was current is the records just applied.
+        # did not, the only change since the cache was current is the records just applied, and
+        # the origins the storage budget evicted or declined (admission.py).
         if before == self._version and after[0] == before[0]:
-            for origin in receiver.origins:
+            for origin in receiver.origins | receiver.gate.touched:
                 self._reread(origin)
             self._version = after
         return result
 
     def _reread(self, origin: str) -> None:
-        seq = holdings.max_seq(self.store.db, origin)
+        db = self.store.db
+        seq = holdings.max_seq(db, origin)
         entry = None
         if seq:
-            entry = (seq, seq_hash({record_digest(r) for r in holdings.known_at(self.store.db, origin, seq)}))
+            entry = (seq, seq_hash({record_digest(r) for r in holdings.known_at(db, origin, seq)}))
+        declined = budget.declined_head(db, origin)
+        if declined is not None and declined.seq > (entry or (0, b""))[0]:
+            entry = (declined.seq, bytes.fromhex(declined.digest)[:HASH_BYTES])
         if entry == self._entries.get(origin):
             return
         if entry is None:

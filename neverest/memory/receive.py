@@ -6,8 +6,9 @@
    ``POOL_MIN_LINES`` lines in a verifying process of ``verify_pool``, which also embeds the
    batch's lesson sentences for step 4); a refusal is counted by source and reason;
 2. refuses a record signed more than ``future_tolerance_s`` after now (``future``);
-3. stores it as received (``holdings.put``): duplicates change nothing, forks are kept as
-   evidence, an older version of an origin's lesson is stored but superseded;
+3. refuses it when storing it would go over the storage budget (``over-budget``: admission.py,
+   budget.py), then stores it as received (``holdings.put``): duplicates change nothing, forks
+   are kept as evidence, an older version of an origin's lesson is stored but superseded;
 4. applies it to this memory's lessons (the merge rule, PROTOCOL.md §9):
    - a lesson whose hash is tombstoned changes nothing;
    - a lesson revoked by its origin before it arrived is not applied;
@@ -45,7 +46,7 @@ import numpy.typing as npt
 from neverest import verify_pool
 from neverest.clock import iso, parse_time
 from neverest.config import Config
-from neverest.memory import holdings
+from neverest.memory import admission, holdings
 from neverest.memory.embed import (
     DIM,
     HASHED_SPACE,
@@ -234,13 +235,14 @@ class Receiver:
         self._out: collections.deque[_Batch] = collections.deque()
         self._most_out = 2 * pool.processes if pool is not None else 0
         self.origins: set[str] = set()  # of every record that reached the store (gossip/view.py)
+        self.gate = admission.Gate(config, own_origin=own_origin, now=now)  # the storage budget
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit
         (all of it once the receiver is closed)."""
         result = ReceiveResult()
         for chunk in _chunks(lines, _VERIFY_BATCH):
-            fresh = self._unseen(chunk, result)
+            fresh = self._unseen(chunk, result, source)
             if not fresh:
                 continue
             job = None
@@ -251,17 +253,22 @@ class Receiver:
                 self._take()
         return result
 
-    def _unseen(self, lines: list[bytes | None], result: ReceiveResult) -> list[bytes | None]:
+    def _unseen(self, lines: list[bytes | None], result: ReceiveResult, source: str) -> list[bytes | None]:
         """Lines not held yet.  A line whose exact bytes are held was verified when it was
         stored: skipping it before verification makes re-reading a folder or a peer's
-        answer cost an index look-up per record instead of a signature check."""
+        answer cost an index look-up per record instead of a signature check.  A line that
+        claims an origin the storage budget declined is refused unverified: it would be
+        refused valid or not."""
+        db = self.store.db
         digests = [holdings.digest_of(line) for line in lines if line is not None]
-        held = holdings.held_among(self.store.db, digests)
-        if not held:
-            return lines
-        fresh = [line for line in lines if line is None or holdings.digest_of(line) not in held]
+        held = holdings.held_among(db, digests)
+        fresh = [line for line in lines if line is None or holdings.digest_of(line) not in held] if held else lines
         result.duplicates += len(lines) - len(fresh)
-        return fresh
+        kept = [line for line in fresh if line is None or not self.gate.declines(db, line, source)]
+        result.refused[admission.OVER_BUDGET] += len(fresh) - len(kept)
+        if not result.refused[admission.OVER_BUDGET]:
+            del result.refused[admission.OVER_BUDGET]
+        return kept
 
     def _take(self) -> None:
         """Take back the oldest batch out (verified, and its lessons embedded), queue it to store."""
@@ -285,8 +292,9 @@ class Receiver:
         self._store()
 
     def _store(self) -> None:
-        """Store the verified batch: the one place where verified records go into the store."""
-        if not self._pending:
+        """Store the verified batch: the one place where verified records go into the store.  The
+        storage budget (admission.py) screens the batch first, in the same transaction."""
+        if not self._pending and not self.gate.early:
             return
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
         # The lesson sentences verified here (not in a worker) embedded in one call: much
@@ -297,13 +305,16 @@ class Receiver:
                            HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True))
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
-            for source, item, result, vector in self._pending:
+            over = self.gate.screen(db, [(source, item) for source, item, _, _ in self._pending])
+            for k, (source, item, result, vector) in enumerate(self._pending):
                 if vector is None and isinstance(item, Record):
                     vector = vectors.get(id(item))
-                reason = self._store_one(db, source, item, result, horizon, vector)
+                reason = (admission.OVER_BUDGET if k in over
+                          else self._store_one(db, source, item, result, horizon, vector))
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
+            refused.update(self.gate.take_early())
             for (source, reason), n in refused.items():
                 holdings.count_refusal(db, source, reason, self.now, n)
         self._pending = []

@@ -40,6 +40,7 @@ from neverest.memory.events import IngestResult, ingest, ingest_lines
 from neverest.memory.forget import forget
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.model import Endpoint, Writer
+from neverest.memory.queries import budget as budget_queries
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
@@ -203,6 +204,7 @@ class Memory:
             "last_sleep": last.started if last else None,
             "published_projects": [p for p, _ in publishing.projects(self.store)],
             "refused": [asdict(r) for r in holdings.refusals(db)],
+            "received": budget_queries.report(db, self.identity.origin, self.config.received_budget_bytes),
         }
 
     def forget(self, *, episode: str | None = None, session: str | None = None,

@@ -238,7 +238,48 @@ CREATE TABLE lesson_states (
 ) WITHOUT ROWID
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+# Version 5: the storage budget (memory/budget.py, memory/admission.py).
+# - declined: origins this memory chose not to hold (over its budget for records received), with
+#   the head (seq and record digest) it was offered or held of them and until when the choice
+#   holds: gossip shows that head in the digest, so peers do not send the origin again and again.
+# - received_usage: bytes and records held by origin and by the peer that delivered them (every
+#   folder file counts as the one peer "folder"), kept by triggers on records so that the budget
+#   reads a row per origin instead of summing every record for every batch it screens.  ``last``
+#   is when the latest of them arrived (a delete leaves it: it orders evictions, nothing more).
+_PEER_OF_SOURCE: Final = "CASE WHEN {0}.source LIKE 'folder:%' THEN 'folder' ELSE {0}.source END"
+_SCHEMA_V5: Final = f"""
+CREATE TABLE declined (
+    origin TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    until TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX declined_until ON declined(until);
+CREATE TABLE received_usage (
+    origin TEXT NOT NULL,
+    peer TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    records INTEGER NOT NULL,
+    last TEXT NOT NULL,
+    PRIMARY KEY (origin, peer)
+) WITHOUT ROWID;
+INSERT INTO received_usage (origin, peer, bytes, records, last)
+    SELECT origin, {_PEER_OF_SOURCE.format("records")}, sum(length(raw)), count(*), max(received)
+    FROM records GROUP BY 1, 2;
+CREATE TRIGGER records_usage_in AFTER INSERT ON records BEGIN
+    INSERT INTO received_usage (origin, peer, bytes, records, last)
+    VALUES (NEW.origin, {_PEER_OF_SOURCE.format("NEW")}, length(NEW.raw), 1, NEW.received)
+    ON CONFLICT(origin, peer) DO UPDATE SET bytes = bytes + excluded.bytes, records = records + 1,
+        last = max(last, excluded.last);
+END;
+CREATE TRIGGER records_usage_out AFTER DELETE ON records BEGIN
+    UPDATE received_usage SET bytes = bytes - length(OLD.raw), records = records - 1
+        WHERE origin = OLD.origin AND peer = {_PEER_OF_SOURCE.format("OLD")};
+    DELETE FROM received_usage WHERE origin = OLD.origin AND records <= 0;
+END
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
@@ -296,9 +337,8 @@ class Store:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
                 if version >= SCHEMA_VERSION:
                     break
-                for statement in MIGRATIONS[version].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in statements(MIGRATIONS[version]):
+                    db.execute(statement)
                 version += 1
                 db.execute(f"PRAGMA user_version = {version}")
 
@@ -367,6 +407,21 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def statements(script: str) -> list[str]:
+    """A script's statements, each whole (a trigger's body holds semicolons of its own)."""
+    out: list[str] = []
+    part = ""
+    for piece in script.split(";"):
+        part += piece + ";"
+        if sqlite3.complete_statement(part):
+            if part.strip(" \n;"):
+                out.append(part)
+            part = ""
+    if part.strip(" \n;"):
+        out.append(part)
+    return out
 
 
 def meta_value(db: sqlite3.Connection, key: str) -> str | None:

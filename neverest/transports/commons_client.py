@@ -42,6 +42,7 @@ from neverest import httpclient
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory import holdings
+from neverest.memory.admission import OVER_BUDGET
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
 from neverest.transports.announce import sign_announcement
@@ -252,6 +253,12 @@ def pull(store: Store, identity: Identity, url: str, token: str, config: Config,
                 result.files[origin] = receiver.receive(
                     (line for _, line in record_lines(data)), source=f"commons:{urlsplit(base).netloc}")
                 memo["files"][origin] = file_etag
+        for origin, got in result.files.items():
+            if got.refused.get(OVER_BUDGET):
+                # Some of its records were refused for the storage budget (admission.py): read the file
+                # again next time, when there may be room (a declined origin's lines then cost no check).
+                memo["files"].pop(origin, None)
+                complete = False
         memo["index"] = etag if complete else None
     save_memo(store, base, memo)
     return result
