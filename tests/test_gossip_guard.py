@@ -93,7 +93,7 @@ async def start(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Start]:
                         random.Random(seed))
         started.append(gossip)
         app = http.GossipApp(gossip.respond, max_body_bytes=MAX_MESSAGE_BYTES, cutoff=gossip.cutoff,
-                             refused=gossip.refused)
+                             refused=gossip.refused, tarpit_s=0.05)
         binds = await nursery.start(http.serve, app, "127.0.0.1:0")
         url = "http://" + binds[0].split("//")[-1]
         gossip.listen_port = int(url.rpartition(":")[2])
@@ -120,11 +120,13 @@ async def test_a_flooding_address_is_cut_off_unread_while_an_honest_peer_still_e
     statuses: list[int] = []
     async with attacker:
         for _ in range(12):
+            began = trio.current_time()
             answer = await attacker.post(url + http.EXCHANGE_PATH, content=b"\xc1 not msgpack" * 10,
                                          headers={"content-type": http.CONTENT_TYPE})
             statuses.append(answer.status_code)
             if answer.status_code == 429:
                 assert int(answer.headers["retry-after"]) >= 1
+                assert trio.current_time() - began >= 0.05  # held for the tarpit before the answer
     # Five invalid requests are heard (and refused), then the address is cut off.
     assert statuses == [400] * 5 + [429] * 7
     # The refusals are counted in memory: nothing was written per refusal...
@@ -146,8 +148,10 @@ async def test_an_oversized_body_is_a_strike_too(start: Start) -> None:
     statuses = []
     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
                                  timeout=10.0) as attacker:
-        for _ in range(3):
-            answer = await attacker.post(url + http.EXCHANGE_PATH, content=b"\0" * (MAX_MESSAGE_BYTES + 1),
+        # Two bodies over the limit, then a small request: it is cut off, unread.  (A third big
+        # body would be answered before it is read, while the client still writes it.)
+        for size in (MAX_MESSAGE_BYTES + 1, MAX_MESSAGE_BYTES + 1, 10):
+            answer = await attacker.post(url + http.EXCHANGE_PATH, content=b"\0" * size,
                                          headers={"content-type": http.CONTENT_TYPE})
             statuses.append(answer.status_code)
     assert statuses == [413, 413, 429]

@@ -16,7 +16,8 @@ Bounds, so that a hostile peer costs little (every remote byte is hostile):
   second is cut off with 408), and hypercorn's own read and keep-alive timeouts
   bound idle connections;
 - a peer the ``cutoff`` callback names (it kept sending invalid requests) is answered 429
-  with ``Retry-After`` before its body is read, and the connection is closed; the edge's
+  with ``Retry-After`` before its body is read, after a delay (``tarpit_s``), and the
+  connection is closed; the edge's
   own refusals of a body (413, 408, a bad Content-Length) are reported to ``refused`` so
   that they count towards a cut-off too;
 - the responder's errors say who is at fault: ``RemoteError`` (the peer's bytes were
@@ -47,6 +48,7 @@ CONTENT_TYPE: Final = "application/msgpack"
 METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT_S: Final = 30.0
+DEFAULT_TARPIT_S: Final = 1.0
 
 log = logging.getLogger("neverestd.http")
 
@@ -75,6 +77,9 @@ class GossipApp:
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     metrics: Metrics | None = None
     cutoff: Cutoff | None = None
+    # A cut-off peer waits this long for its 429: a flooder on one connection is slowed to about
+    # one request per tarpit, instead of costing this event loop a parse and an answer per request.
+    tarpit_s: float = DEFAULT_TARPIT_S
     refused: Refused | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -94,6 +99,7 @@ class GossipApp:
         left = None if self.cutoff is None else self.cutoff(host)
         if left is not None:
             # Not a byte of the body is read; h11 closes the connection after a "close" answer.
+            await trio.sleep(min(left, self.tarpit_s))
             await _answer(send, 429, b"too many invalid requests: cut off for a while\n", "text/plain",
                           [(b"retry-after", str(max(1, round(left))).encode()), (b"connection", b"close")])
             return
