@@ -32,15 +32,15 @@ import nacl.signing
 import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_gossip import NOW, fill, records  # noqa: E402
+from bench_gossip import NOW, fill, records
 
-from neverest.clock import FixedClock  # noqa: E402
-from neverest.config import Config  # noqa: E402
-from neverest.control import ask, running  # noqa: E402
-from neverest.gossip import http  # noqa: E402
-from neverest.gossip.codec import MAX_MESSAGE_BYTES  # noqa: E402
-from neverest.gossip.service import Gossip  # noqa: E402
-from neverest.identity import Identity, load_or_create  # noqa: E402
+from neverest.clock import FixedClock
+from neverest.config import Config
+from neverest.control import ask, running
+from neverest.gossip import http
+from neverest.gossip.codec import MAX_MESSAGE_BYTES
+from neverest.gossip.service import Gossip
+from neverest.identity import Identity, load_or_create
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -34,13 +34,13 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_gossip import fill, records  # noqa: E402
+from bench_gossip import fill, records
 
-from neverest.clock import SystemClock  # noqa: E402
-from neverest.config import Config  # noqa: E402
-from neverest.control import ask, running  # noqa: E402
-from neverest.gossip.service import Gossip  # noqa: E402
-from neverest.identity import Identity, load_or_create  # noqa: E402
+from neverest.clock import SystemClock
+from neverest.config import Config
+from neverest.control import ask, running
+from neverest.gossip.service import Gossip
+from neverest.identity import Identity, load_or_create
 
 ATTACKER = r"""
 import sys, time, httpx, nacl.signing
@@ -100,7 +100,7 @@ def honest_exchanges(mine: Path, url: str, n: int, attackers: int, to: str) -> d
         time.sleep(1.0 if attackers else 0)  # the flood under way (and any cut-off already in force)
 
         async def main() -> list[float]:
-            me = Gossip(mine, Config(), SystemClock(), Identity.from_seed(b"\x21" * 32), random.Random(2))
+            me = Gossip(mine, Config(), SystemClock(), Identity.from_seed(b"\x21" * 32), random.SystemRandom())
             times = []
             try:
                 first = await me.exchange(url, None)
