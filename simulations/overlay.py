@@ -1,7 +1,7 @@
 """Memories that share what they all hold: a compact ``StoreView`` for networks of 10^4 agents.
 
 Ten thousand memories that each hold ten thousand origins are 10^8 digest entries: as
-``RangeIndex`` objects (about 137 bytes an entry, NOTES-recon.md) or SQLite stores, tens of
+``RangeIndex`` objects (about 137 bytes an entry) or SQLite stores, tens of
 gigabytes.  But in a network that gossips, almost every memory holds almost the same
 thing: what they differ by is the few lessons still spreading.  So the views here share
 one ``Library``:
