@@ -50,6 +50,10 @@ for _name in ("httpx", "httpcore"):
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 DEFAULT_READ_TIMEOUT_S: Final = 30.0
+# An idle pooled connection is closed after this long: before the servers' own keep-alive
+# timeout (serving.KEEP_ALIVE_TIMEOUT_S, 5 s), so that the client, not the server, closes it and
+# never sends a request on a connection the server is closing.
+KEEPALIVE_EXPIRY_S: Final = 4.0
 DETAIL_BYTES: Final = 2048  # how much of a refusal's body is read for its message
 DETAIL_CHARS: Final = 200
 
@@ -150,7 +154,7 @@ def async_client(*, transport: httpx.AsyncBaseTransport | None = None,
                  headers: Mapping[str, str] | None = None,
                  limits: httpx.Limits | None = None) -> httpx.AsyncClient:
     """An async client for the bounded helpers below; close it (``aclose`` or ``async with``)."""
-    limits = limits or httpx.Limits()
+    limits = limits or httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
     # verify=False only reaches the http:// transport, which never speaks TLS; https:// goes
     # through its own verifying transport.  An injected transport carries everything.
     mounts: dict[str, httpx.AsyncBaseTransport | None] | None = (
@@ -166,7 +170,7 @@ def sync_client(*, transport: httpx.BaseTransport | None = None,
                 headers: Mapping[str, str] | None = None,
                 limits: httpx.Limits | None = None) -> httpx.Client:
     """A sync client for the bounded helpers below; close it (``close`` or ``with``)."""
-    limits = limits or httpx.Limits()
+    limits = limits or httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
     mounts: dict[str, httpx.BaseTransport | None] | None = (
         None if transport is not None else {"https://": _LazyTLSSync(limits)})
     return httpx.Client(transport=transport, mounts=mounts, verify=False, limits=limits,
