@@ -57,13 +57,7 @@ def record(k: nacl.signing.SigningKey, seq: int) -> bytes:
     """A valid lesson of about 1.3 KB with words of its own (so that each is a new candidate)."""
     seed = hashlib.blake2b(bytes(k.verify_key) + seq.to_bytes(4, "big"), digest_size=32).digest()
     words = " ".join(hashlib.blake2b(seed + bytes([i]), digest_size=4).hexdigest() for i in range(110))
-    text = f"pytest hangs when cache {seq} is cold, seen with {words}"
-    public = bytes(k.verify_key)
-    fields: dict[str, Any] = {"hash": lesson_hash("error", text), "kind": "error", "text": text, "seen": 1,
-                              "strength": 1.0, "updated": iso(NOW), "seq": seq, "v": WIRE_VERSION,
-                              "key": public.hex(), "origin": origin_of(public)}
-    fields["sig"] = k.sign(canonical(fields)).signature.hex()
-    return canonical(fields)
+    return _signed(k, seq, f"pytest hangs when cache {seq} is cold, seen with {words}")
 
 
 def flood(origins: int, per: int, first: int = 10_000) -> list[bytes]:
@@ -108,7 +102,11 @@ def attack(root: Path, raws: list[bytes], config: Config, name: str) -> dict[str
 def short_record(k: nacl.signing.SigningKey, seq: int) -> bytes:
     """A small valid lesson (as bench_receive.py's), so that the receive path is not dominated by
     embedding a long text and the budget's share shows."""
-    text = f"Tool {bytes(k.verify_key)[:4].hex()} fails in case {seq} when the cache is cold"
+    return _signed(k, seq, f"Tool {bytes(k.verify_key)[:4].hex()} fails in case {seq} when the cache is cold")
+
+
+def _signed(k: nacl.signing.SigningKey, seq: int, text: str) -> bytes:
+    """The signed bytes of an error lesson with ``text`` at ``seq``."""
     public = bytes(k.verify_key)
     fields: dict[str, Any] = {"hash": lesson_hash("error", text), "kind": "error", "text": text, "seen": 1,
                               "strength": 1.0, "updated": iso(NOW), "seq": seq, "v": WIRE_VERSION,
