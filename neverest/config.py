@@ -90,6 +90,7 @@ class Config:
     # Gossip.  The peer-facing listener serves only POST /gossip/v1/exchange.
     listen: str = "0.0.0.0:7428"  # HOST:PORT
     gossip_every_s: float = 900.0  # a round every 15 minutes, and one after every sleep
+    gossip_quiet_every_s: float = 60.0  # rounds finding all in sync space out up to this; news: back to every_s
     fanout: int = 3  # peers per round
     gossip_budget_bytes: int = 1024 * 1024  # records per answer; a cut answer resumes next exchange
     exchange_timeout_s: float = 60.0  # one request and its whole answer
@@ -224,6 +225,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         parse_level(config.log_level)
     except ValueError as exc:
         raise ConfigError(f"log_level: {exc}") from None
+    if not config.gossip_quiet_every_s > 0:
+        raise ConfigError(f"gossip_quiet_every_s: {config.gossip_quiet_every_s!r} must be above 0")
     if config.gossip_cutoff_after < 1 or config.gossip_cutoff_s <= 0:
         raise ConfigError("gossip_cutoff_after must be at least 1 and gossip_cutoff_s above 0")
     if len(config.peers) > MAX_PEERS:

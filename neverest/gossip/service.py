@@ -352,6 +352,10 @@ class Gossip:
         if learned is not None and result.peer is not None:
             self._log_learned(result.peer, learned)
 
+    async def holdings_root(self) -> bytes:
+        """The fingerprint of everything this memory holds (the range index's root): it moves when anything does."""
+        return await self._with_store(lambda: self._view.index().root)
+
     async def round(self, *, fanout: int, only: str | None = None) -> list[dict[str, Any]]:
         """One gossip round; returns what each exchange did.
 

@@ -3,7 +3,9 @@
 - the listener (hypercorn, trio worker) serves ``POST /gossip/v1/exchange`` to peers,
   and ``GET /healthz`` and ``GET /metrics`` for the owner's monitoring;
 - a round with ``fanout`` peers runs every ``gossip_every_s``, after every night, and
-  when the owner changes what is shared (``neverestctl publish``, ``revoke``...);
+  when the owner changes what is shared (``neverestctl publish``, ``revoke``...); when
+  rounds keep finding every peer in sync they space out, up to ``gossip_quiet_every_s``,
+  and anything new brings the full rate back at once (``gossip/pace.py``);
 - records received either way make the memory settle (judge, render) soon after;
 - what gossip counts in memory (refused requests, successes that change nothing else) is
   written every ``FLUSH_EVERY_S`` and when the daemon stops; status adds what is pending.
@@ -21,6 +23,7 @@ import trio
 
 from neverest.gossip import http as gossip_http
 from neverest.gossip.codec import MAX_MESSAGE_BYTES
+from neverest.gossip.pace import Outcome, Pace
 from neverest.gossip.service import Gossip
 from neverest.memory.store import StoreError
 from neverest.services.listen import ListenError, first_of, parse_listen
@@ -34,8 +37,30 @@ class GossipService:
     def __init__(self, state: DaemonState, rng: random.Random) -> None:
         self.state = state
         self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng,
-                             on_received=lambda n: state.settle_soon())
+                             on_received=self._received)
         state.pending_refusals = self.gossip.pending_refusals
+        self.pace = Pace(state.config.gossip_every_s, state.config.gossip_quiet_every_s)
+        # The scheduled rounds' current wait (serve_rounds): ``wake`` shortens it.
+        self._nap: trio.CancelScope | None = None
+        self._nap_from = 0.0
+
+    def _received(self, accepted: int) -> None:
+        # A peer that asked brought records: settle them, and spread them at the full rate.
+        self.state.settle_soon()
+        self.wake()
+
+    def wake(self) -> None:
+        """Back to the full rate: the next scheduled round comes ``gossip_every_s`` after the wait began."""
+        self.pace.wake()
+        if self._nap is not None:
+            self._nap.deadline = min(self._nap.deadline, max(trio.current_time(), self._nap_from + self.pace.every_s))
+
+    async def nap(self) -> None:
+        """Wait until the next scheduled round is due (``wake`` may end the wait early)."""
+        self._nap_from = trio.current_time()
+        with trio.move_on_after(self.pace.wait_s()) as self._nap:
+            await trio.sleep_forever()
+        self._nap = None
 
     async def aclose(self) -> None:
         await self.gossip.aclose()
@@ -57,6 +82,12 @@ class GossipService:
             self.state.count_exchange("failed" if result.get("error") else "ok")
         if any(result.get("records_received") for result in results):
             self.state.settle_soon()
+        outcomes = [Outcome(completed=bool(r) and not r.get("error"), in_sync=bool(r.get("in_sync")),
+                            moved=int(r.get("records_sent", 0)) + int(r.get("records_received", 0))) for r in results]
+        self.pace.after_round(await self.gossip.holdings_root(), outcomes)
+        if self.pace.quiet_rounds == 0:
+            self.wake()
+        self.state.quiet_rounds = self.pace.quiet_rounds
         return results
 
     async def round_quietly(self) -> None:
@@ -111,5 +142,5 @@ async def serve_rounds(service: GossipService, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     task_status.started()
     while True:
-        await trio.sleep(service.state.config.gossip_every_s)
+        await service.nap()
         await service.round_quietly()

@@ -61,6 +61,7 @@ class DaemonState:
     started: float = field(default_factory=time.monotonic)
     listening: list[str] = field(default_factory=list)
     last_round: dict[str, Any] | None = None
+    quiet_rounds: int = 0  # rounds in a row that found every peer in sync (gossip/pace.py)
     last_night: dict[str, Any] | None = None
     exchanges: dict[str, int] = field(default_factory=dict)  # outcome -> count, for /metrics
     # Refusals counted in memory and not written yet (gossip's), added to the store's in status.

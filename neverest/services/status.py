@@ -27,7 +27,7 @@ async def daemon_status(state: DaemonState) -> dict[str, Any]:
         "next_sleep": iso(next_sleep(state.clock.now(), state.config)), "listen": state.listening,
         "peers": [{"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen, "score": a.score,
                    "ignored_until": a.ignored_until} for a in addresses],
-        "last_round": state.last_round, "exchanges": dict(state.exchanges),
+        "last_round": state.last_round, "quiet_rounds": state.quiet_rounds, "exchanges": dict(state.exchanges),
         "warnings": config_warnings(state.config),
     }
 
