@@ -71,7 +71,39 @@ def _newer(record: Record, seq: int | None, at: str) -> bool:
     return signed_time(record) > at
 
 
-def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -> PutOutcome:
+class Usage:
+    """Bytes and records stored by (origin, delivering peer), to add to ``received_usage`` (schema
+    v5, v6) in one statement per pair: ``put`` adds each record it stores here, and the caller
+    ``write``s it before its transaction ends, so that the next batch's budget reads exact sums."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], list[Any]] = {}  # (origin, peer) -> [bytes, records, last]
+
+    def add(self, origin: str, source: str, size: int, received: str) -> None:
+        # Every folder file counts as the one peer "folder" (admission.peer_of says why).
+        peer = "folder" if source.startswith("folder:") else source
+        row = self._rows.get((origin, peer))
+        if row is None:
+            self._rows[origin, peer] = [size, 1, received]
+        else:
+            row[0] += size
+            row[1] += 1
+            row[2] = max(row[2], received)
+
+    def write(self, db: sqlite3.Connection) -> None:
+        if self._rows:
+            db.executemany(
+                "INSERT INTO received_usage (origin, peer, bytes, records, last) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(origin, peer) DO UPDATE SET bytes = bytes + excluded.bytes, "
+                "records = records + excluded.records, last = max(last, excluded.last)",
+                [(o, p, size, n, last) for (o, p), (size, n, last) in self._rows.items()])
+            self._rows = {}
+
+
+def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime, usage: Usage | None = None
+        ) -> PutOutcome:
+    """Store a verified record (the module docstring's rules).  The bytes it adds to ``received_usage``
+    go to ``usage`` when one is given (the caller writes it before committing), else at once."""
     digest = digest_of(record.raw)
     superseded = 0
     outcome: PutOutcome = "new"
@@ -86,10 +118,11 @@ def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -
                 superseded, outcome = 1, "older"
     # The unique indexes on digest and on (origin, seq) decide duplicates and forks in
     # the same statement that stores the record: one round trip in the common case.
+    received = iso(now)
     inserted = db.execute(
         "INSERT INTO records (origin, seq, type, target, raw, source, received, at, digest, superseded) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (record.origin, record.seq, record.type, record.target, record.raw, source, iso(now), signed_time(record),
+        (record.origin, record.seq, record.type, record.target, record.raw, source, received, signed_time(record),
          digest, max(superseded, 0)),
     ).rowcount
     if not inserted:
@@ -102,6 +135,12 @@ def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -
         return "fork"
     if superseded < 0:
         db.execute("UPDATE records SET superseded = 1 WHERE id = ?", (-superseded,))
+    if usage is None:
+        usage = Usage()
+        usage.add(record.origin, source, len(record.raw), received)
+        usage.write(db)
+    else:
+        usage.add(record.origin, source, len(record.raw), received)
     return outcome
 
 

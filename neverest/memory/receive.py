@@ -306,28 +306,30 @@ class Receiver:
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
             over = self.gate.screen(db, [(source, item) for source, item, _, _ in self._pending])
+            usage = holdings.Usage()
             for k, (source, item, result, vector) in enumerate(self._pending):
                 if vector is None and isinstance(item, Record):
                     vector = vectors.get(id(item))
                 reason = (admission.OVER_BUDGET if k in over
-                          else self._store_one(db, source, item, result, horizon, vector))
+                          else self._store_one(db, source, item, result, horizon, vector, usage))
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
+            usage.write(db)  # before the commit: the next batch's budget reads it
             refused.update(self.gate.take_early())
             for (source, reason), n in refused.items():
                 holdings.count_refusal(db, source, reason, self.now, n)
         self._pending = []
 
     def _store_one(self, db: sqlite3.Connection, source: str, item: Record | RecordError, result: ReceiveResult,
-                   horizon: datetime, vector: npt.NDArray[np.float32] | None) -> str | None:
+                   horizon: datetime, vector: npt.NDArray[np.float32] | None, usage: holdings.Usage) -> str | None:
         """Store and apply one record; the refusal reason, if it is refused."""
         if isinstance(item, RecordError):
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
             return "future"
         self.origins.add(item.origin)
-        outcome = holdings.put(db, item, source=source, now=self.now)
+        outcome = holdings.put(db, item, source=source, now=self.now, usage=usage)
         if outcome == "duplicate":
             result.duplicates += 1
         elif outcome == "fork":
