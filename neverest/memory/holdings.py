@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Generator, Sequence
+from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple
@@ -100,14 +100,31 @@ class Usage:
             self._rows = {}
 
 
-def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime, usage: Usage | None = None
-        ) -> PutOutcome:
+def unknown_targets(db: sqlite3.Connection, targets: Collection[str]) -> set[str]:
+    """The lesson hashes among ``targets`` that nothing here is about yet: no record has them as its
+    target, no lesson has them, no tombstone buries them (three queries for a whole batch)."""
+    out = set(targets)
+    items = list(out)
+    for k in range(0, len(items), 500):
+        part = items[k:k + 500]
+        marks = ",".join("?" * len(part))
+        for sql in (f"SELECT DISTINCT target FROM records WHERE target IN ({marks})",
+                    f"SELECT DISTINCT hash FROM lessons WHERE hash IN ({marks})",
+                    f"SELECT hash FROM tombstones WHERE hash IN ({marks})"):
+            out.difference_update(str(r[0]) for r in db.execute(sql, part))
+    return out
+
+
+def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime, usage: Usage | None = None,
+        unknown: bool = False) -> PutOutcome:
     """Store a verified record (the module docstring's rules).  The bytes it adds to ``received_usage``
-    go to ``usage`` when one is given (the caller writes it before committing), else at once."""
+    go to ``usage`` when one is given (the caller writes it before committing), else at once.
+    ``unknown``: the caller knows that nothing here is about the record's target yet
+    (``unknown_targets``, and nothing with that target stored since), so no held version is looked for."""
     digest = digest_of(record.raw)
     superseded = 0
     outcome: PutOutcome = "new"
-    if record.type == "lesson":
+    if record.type == "lesson" and not unknown:
         current = db.execute(
             "SELECT id, seq, at, digest FROM records WHERE origin = ? AND target = ? AND type = 'lesson' "
             "AND superseded = 0", (record.origin, record.target)).fetchone()
