@@ -267,9 +267,9 @@ class Receiver:
         claims an origin the storage budget declined is refused unverified: it would be
         refused valid or not."""
         db = self.store.db
-        digests = [holdings.digest_of(line) for line in lines if line is not None]
-        held = holdings.held_among(db, digests)
-        fresh = [line for line in lines if line is None or holdings.digest_of(line) not in held] if held else lines
+        digests = [None if line is None else holdings.digest_of(line) for line in lines]
+        held = holdings.held_among(db, [d for d in digests if d is not None])
+        fresh = [line for line, d in zip(lines, digests, strict=True) if d is None or d not in held] if held else lines
         result.duplicates += len(lines) - len(fresh)
         kept = [line for line in fresh if line is None or not self.gate.declines(db, line, source)]
         result.refused[admission.OVER_BUDGET] += len(fresh) - len(kept)
