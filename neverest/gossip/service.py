@@ -9,7 +9,8 @@
 - ``exchange``: one exchange with one address, as the initiator: the core's steps run
   in worker threads (SQLite), the posts go through ``neverest.httpclient`` on one client
   kept for the life of the service.  Runs again at once while the peer says there is more
-  (a cut delta), a bounded number of times.  The result scores the address in the peer
+  (a cut delta), a bounded number of times, pipelined: the next request goes out while the
+  records of the last answer are applied (``exchange`` says how).  The result scores the address in the peer
   table: a transport failure backs off without a penalty, a refusal or bad bytes are
   penalised, an address that turns out to be this memory is marked ``self``, and the
   addresses the peer shared are learned (bounded; garbage is penalised).
