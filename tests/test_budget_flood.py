@@ -359,10 +359,10 @@ def test_a_v4_store_gains_the_declined_table(tmp_path: Path) -> None:
                (_origin(key(7)), raw, iso(NOW), iso(NOW), holdings.digest_of(raw)))
     db.close()
     with open_store(tmp_path) as store:
-        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert q.declined(store.db) == {} and holdings.count(store.db) == 1
         assert q.usage(store.db, "f" * 16) == [q.PeerBytes(_origin(key(7)), "test", len(raw), iso(NOW))]
-        # From now on the triggers keep the usage: a delete takes the row away.
+        # From now on the delete trigger keeps the usage: a delete takes the row away.
         with store.write() as wdb:
             wdb.execute("DELETE FROM records")
         assert q.usage(store.db, "f" * 16) == [] and q.received_bytes(store.db, "f" * 16) == (0, 0)
@@ -392,3 +392,30 @@ def test_status_and_metrics_show_the_budget_and_its_refusals(tmp_path: Path, flo
     assert f"neverest_received_bytes {got['bytes']}" in page
     assert "neverest_received_budget_bytes 100000" in page
     assert 'neverest_refusals_total{source="folder:x.jsonl",reason="over-budget"}' in page
+
+
+def test_the_usage_put_adds_per_batch_is_what_the_records_hold(tmp_path: Path) -> None:
+    """``received_usage`` is added to once per batch and origin (holdings.Usage), not by a trigger per
+    record: after new records, duplicates, forks, older versions, folder files, a publisher's own
+    records and an eviction, it is still exactly what the records hold, by origin and peer."""
+    config = dataclasses.replace(Config(), received_origin_budget_bytes=6_000, verify_processes=0)
+    raws = [lesson(key(k), s) for k in range(1, 6) for s in range(1, 9)]
+    fork = lesson(key(1), 3, tag="other ")
+    older = sign_lesson(key(2), kind="error", text=parse(raws[8]).fields["text"], seen=1, strength=1.0,
+                        updated=iso(NOW - timedelta(days=1)), seq=20).raw
+    with open_store(tmp_path) as store:
+        receive(store, raws[:20], source="gossip:" + "a" * 16, own_origin="f" * 16, config=config, now=NOW)
+        receive(store, [*raws[10:30], fork], source="folder:x.jsonl", own_origin="f" * 16, config=config, now=NOW)
+        receive(store, [*raws[25:], older], source="folder:y.jsonl", own_origin="f" * 16, config=config,
+                now=NOW + timedelta(seconds=1))
+        # The origin bound refused some records, and a publisher's own records are counted too.
+        assert holdings.count(store.db) < len(raws) + 1
+        receive(store, [lesson(key(9), 1)], source=holdings.OWN_SOURCE, own_origin=_origin(key(9)), config=config,
+                now=NOW)
+        with store.write() as db:
+            q.evict(db, _origin(key(3)))
+        want = store.db.execute(
+            "SELECT origin, CASE WHEN source LIKE 'folder:%' THEN 'folder' ELSE source END, sum(length(raw)), "
+            "count(*), max(received) FROM records GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
+        got = store.db.execute("SELECT origin, peer, bytes, records, last FROM received_usage ORDER BY 1, 2").fetchall()
+        assert got == want and {row[1] for row in got} >= {"folder", "gossip:" + "a" * 16, holdings.OWN_SOURCE}

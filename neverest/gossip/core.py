@@ -305,18 +305,31 @@ class Taken:
     held_back: int  # records signed too far in the future, left for a later exchange
 
 
-def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetime,
-         future_tolerance_s: float) -> Taken:
-    """Check a delta's shape against this memory's digest, then apply it through the receive function.
+@dataclass
+class Screened:
+    """A delta whose shape passed ``screen``: the records to apply, in order, and the digest entry
+    each origin among them will have once they are applied (``Initiator.ahead``)."""
 
-    Raises ProtocolError("remote", "bad-record" | "gap") before applying anything.
+    keep: list[bytes]
+    held_back: int
+    heads: dict[str, Entry]
+
+
+def screen(view: StoreView, records: Sequence[bytes], *, now: datetime, future_tolerance_s: float,
+           assumed: Mapping[str, Entry] | None = None) -> Screened:
+    """Check a delta's shape against this memory's digest (see ``take``), without applying it.
+
+    ``assumed``: the entries the request was built on for records received but not yet applied
+    when it was sent (a pipelined pull, gossip/service.py).  If applying them refused the end of
+    an origin's run, the peer rightly sends that origin from the assumed head on: its records are
+    then held back (not applied, no hole, no blame), and the next exchange resumes from what is
+    held.  Raises ProtocolError("remote", "bad-record" | "gap") before anything is applied.
     """
-    if not records:
-        return Taken(ReceiveResult(), 0)
     horizon = now + timedelta(seconds=future_tolerance_s)
     top: dict[str, int] = {}
     stopped: set[str] = set()
     keep: list[bytes] = []
+    last: dict[str, bytes] = {}
     held_back = 0
     for raw in records:
         origin, seq, signed = _claim(raw)
@@ -327,6 +340,10 @@ def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetim
         if high is None:
             entry = view.entry(origin)
             high = entry[0] if entry is not None else 0
+            if seq > high + 1 and assumed is not None and seq <= assumed.get(origin, NOTHING)[0] + 1:
+                stopped.add(origin)  # our request said more than what applying its records left
+                held_back += 1
+                continue
         if seq > high + 1:
             raise ProtocolError("remote", "gap", f"records of {origin} jump from seq {high} to {seq}")
         if signed > horizon:
@@ -335,7 +352,22 @@ def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetim
             continue
         top[origin] = max(high, seq)
         keep.append(raw)
-    return Taken(view.apply(keep, source=source, now=now), held_back)
+        if seq == top[origin]:
+            last[origin] = raw
+    heads = {o: (top[o], record_digest(raw)[:HASH_BYTES]) for o, raw in last.items()}
+    return Screened(keep, held_back, heads)
+
+
+def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetime,
+         future_tolerance_s: float, assumed: Mapping[str, Entry] | None = None) -> Taken:
+    """Check a delta's shape against this memory's digest, then apply it through the receive function.
+
+    Raises ProtocolError("remote", "bad-record" | "gap") before applying anything.
+    """
+    if not records:
+        return Taken(ReceiveResult(), 0)
+    screened = screen(view, records, now=now, future_tolerance_s=future_tolerance_s, assumed=assumed)
+    return Taken(view.apply(screened.keep, source=source, now=now), screened.held_back)
 
 
 # -- the exchange ------------------------------------------------------------------------
@@ -394,12 +426,23 @@ class Initiator:
     ``result.error`` set.  A transport failure is reported with ``fail``.  ``share`` is the
     (url, origin) of addresses to tell the peer about, ``listen_port`` the port this memory
     listens on (None: it does not, or it does not say).
+
+    Pipelining (gossip/service.py): with ``defer=True``, the records of the reply that ends
+    the exchange are screened but not applied: they are left in ``deferred`` (in order) with the
+    entries they will give in ``ahead``, for the caller to apply while it already asks for the
+    next answer, with a new Initiator started on a view showing ``ahead`` and given it as
+    ``assumed``.  Records of a reply that the exchange goes on from are always applied at once,
+    since the next request is planned from what is held.
     """
 
     def __init__(self, view: StoreView, signing_key: nacl.signing.SigningKey, peer: str | None, *, now: datetime,
                  rng: random.Random, settings: Settings | None = None, share: Sequence[tuple[str, str | None]] = (),
-                 listen_port: int | None = None) -> None:
+                 listen_port: int | None = None, defer: bool = False,
+                 assumed: Mapping[str, Entry] | None = None) -> None:
         self._view, self._key, self._now, self._rng = view, signing_key, now, rng
+        self._defer, self._assumed = defer, assumed
+        self.deferred: list[bytes] = []  # screened records left for the caller to apply (defer=True)
+        self.ahead: dict[str, Entry] = {}  # the entries they will give once applied
         self._settings = settings or Settings()
         self._me = origin_of(bytes(signing_key.verify_key))
         self._peer = peer
@@ -511,7 +554,7 @@ class Initiator:
         if isinstance(body, Recon):
             return self._on_recon(body)
         assert isinstance(body, Delta)
-        self._take(body.records, body.more)
+        self._take(body.records, body.more, last=True)
         self._end(None)
         return None
 
@@ -532,7 +575,7 @@ class Initiator:
         self._asked.check(body)
         if body.addresses:
             self.result.addresses = body.addresses
-        self._take(body.records, body.more)
+        self._take(body.records, body.more, last=not body.asks)
         if not body.asks:
             self._end(None)  # only records (or nothing): the exchange is over
             return None
@@ -549,14 +592,28 @@ class Initiator:
         self.result.records_sent += len(reply.records)
         return self._send(reply, {MessageType.RECON})
 
-    def _take(self, records: Sequence[bytes], more: bool) -> None:
+    def _take(self, records: Sequence[bytes], more: bool, *, last: bool = False) -> None:
+        """Apply (or, for the last reply of a deferring exchange, screen and leave) a reply's records."""
         assert self._peer is not None
         self.result.records_received += len(records)
         self.result.more |= more
+        if self._defer and last:
+            if records:
+                screened = screen(self._view, records, now=self._now,
+                                  future_tolerance_s=self._settings.future_tolerance_s, assumed=self._assumed)
+                self.deferred, self.ahead = screened.keep, screened.heads
+                self.result.held_back += screened.held_back
+            return
         taken = take(self._view, records, source=_source(self._peer), now=self._now,
-                     future_tolerance_s=self._settings.future_tolerance_s)
+                     future_tolerance_s=self._settings.future_tolerance_s, assumed=self._assumed)
         self.result.applied.add(taken.result)
         self.result.held_back += taken.held_back
+
+    @property
+    def source(self) -> str:
+        """The source the records of this exchange are counted under (refusals, budget)."""
+        assert self._peer is not None
+        return _source(self._peer)
 
 
 @dataclass

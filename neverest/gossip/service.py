@@ -9,7 +9,8 @@
 - ``exchange``: one exchange with one address, as the initiator: the core's steps run
   in worker threads (SQLite), the posts go through ``neverest.httpclient`` on one client
   kept for the life of the service.  Runs again at once while the peer says there is more
-  (a cut delta), a bounded number of times.  The result scores the address in the peer
+  (a cut delta), a bounded number of times, pipelined: the next request goes out while the
+  records of the last answer are applied (``exchange`` says how).  The result scores the address in the peer
   table: a transport failure backs off without a penalty, a refusal or bad bytes are
   penalised, an address that turns out to be this memory is marked ``self``, and the
   addresses the peer shared are learned (bounded; garbage is penalised).
@@ -26,7 +27,7 @@ import functools
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -38,11 +39,12 @@ from neverest import httpclient
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.gossip import guard, http
-from neverest.gossip.codec import MAX_MESSAGE_BYTES, ProtocolError
+from neverest.gossip.codec import MAX_MESSAGE_BYTES, Entry, ProtocolError
 from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Responder, Settings
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
+from neverest.memory.receive import ReceiveResult
 from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
 
@@ -265,28 +267,66 @@ class Gossip:
     # -- initiating -----------------------------------------------------------------------
 
     async def exchange(self, url: str, origin: str | None) -> ExchangeResult:
-        """Exchange with ``url`` until in sync or nothing more comes (bounded)."""
+        """Exchange with ``url`` until in sync or nothing more comes (bounded).
+
+        Pipelined: the records of an answer that ends an exchange (a cut delta) are applied in a
+        worker thread while the next exchange is already asked for, on a view that shows them as
+        held (``SqliteView.ahead``); its answer is taken only once they are applied, in order.  So
+        the peer builds and sends answer k + 1 while answer k is verified and stored, and at most
+        two answers are held in memory."""
         total: ExchangeResult | None = None
-        for _ in range(MAX_CONTINUATIONS):
-            result = await self._exchange_once(url, origin)
-            origin = result.peer or origin
-            total = result if total is None else _merge(total, result)
-            if result.error is not None or not result.more or result.is_self:
-                break
+        failure: list[Exception] = []
+        done: list[ReceiveResult] = []  # what the deferred applies did, added to the total at the end
+        applying = _Applying()
+        async with trio.open_nursery() as nursery:
+            for _ in range(MAX_CONTINUATIONS):
+                initiator = await self._exchange_once(url, origin, applying, nursery, done, failure)
+                result = initiator.result
+                origin = result.peer or origin
+                total = result if total is None else _merge(total, result)
+                applying = _Applying(initiator.deferred, initiator.ahead, initiator.source) \
+                    if initiator.deferred else _Applying()
+                if failure or result.error is not None or not result.more or result.is_self:
+                    break
+            if applying.records and not failure:
+                await self._apply(applying, done, failure)
         assert total is not None
+        if failure:
+            raise failure[0]
+        for applied in done:
+            total.applied.add(applied)
         if not self._batched(url, total):
             await self._with_store(self._score, url, total)
         return total
 
-    async def _exchange_once(self, url: str, origin: str | None) -> ExchangeResult:
+    async def _apply(self, applying: _Applying, done: list[ReceiveResult], failure: list[Exception],
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Apply deferred records; ``started`` once this holds the store, so that the next answer is
+        taken after them.  An error is kept for ``exchange`` to raise (not an exception group)."""
+        now = self.clock.now()
+        try:
+            async with self._using_store:
+                task_status.started()
+                applied = await trio.to_thread.run_sync(functools.partial(
+                    self._view.apply, applying.records, source=applying.source, now=now))
+            done.append(applied)
+        except Exception as exc:  # re-raised by exchange once the nursery is done, not as a group
+            failure.append(exc)
+
+    async def _exchange_once(self, url: str, origin: str | None, applying: _Applying, nursery: trio.Nursery,
+                             done: list[ReceiveResult], failure: list[Exception]) -> Initiator:
         now_s = trio.current_time()
 
         def start() -> tuple[Initiator, bytes | None]:
             initiator = Initiator(self._view, self.identity.signing_key, origin, now=self.clock.now(), rng=self.rng,
-                                  settings=self._settings, share=self._share(now_s), listen_port=self.listen_port)
-            return initiator, initiator.start()
+                                  settings=self._settings, share=self._share(now_s), listen_port=self.listen_port,
+                                  defer=True, assumed=applying.ahead or None)
+            with self._view.ahead(applying.ahead):
+                return initiator, initiator.start()
 
         initiator, request = await self._with_store(start)
+        if applying.records:  # the previous answer's records, while this request is out
+            await nursery.start(self._apply, applying, done, failure)
         while request is not None:
             try:
                 reply = await http.post(self.http, url, request, max_response_bytes=MAX_MESSAGE_BYTES,
@@ -303,7 +343,9 @@ class Gossip:
                     initiator.result.refused = "oversize" if exc.oversize else None
                 break
             request = await self._with_store(initiator.handle, reply)
-        return initiator.result
+            if failure:  # applying the previous answer failed: stop here, exchange raises it
+                break
+        return initiator
 
     def _batched(self, url: str, result: ExchangeResult) -> bool:
         """Whether the result only confirms what the peer table says (a success with the same
@@ -391,6 +433,15 @@ class Gossip:
         elif moved:
             log.info("gossip with %s (%s): sent %d, received %d", url, result.peer, result.records_sent,
                      result.records_received)
+
+
+@dataclass(frozen=True)
+class _Applying:
+    """Records screened from the answer that ended the last exchange, not yet applied."""
+
+    records: list[bytes] = field(default_factory=list)
+    ahead: dict[str, Entry] = field(default_factory=dict)  # the entries they will give
+    source: str = ""
 
 
 def _remember(memo: dict[str, V], key: str, value: V) -> None:

@@ -13,6 +13,8 @@
   rebuild an index of every origin.
 - ``run``: one origin's records in seq order after a given seq, read lazily so that a
   budget that stops early stops the read too.
+- ``ahead``: a context in which the entries of some origins show records received but not yet
+  applied (a pipelined pull, gossip/service.py, builds its next request in it), taken back after.
 - ``apply``: the one receive function (``Receiver``), one per call, so that a batch of
   records from a peer commits in the receiver's batches and is counted under its source.
 
@@ -24,7 +26,8 @@ this view's connection otherwise must call ``invalidate``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 
 from neverest.config import Config
@@ -85,6 +88,37 @@ class SqliteView:
     def index(self) -> RangeIndex:
         self._current()
         return self._index
+
+    @contextmanager
+    def ahead(self, heads: Mapping[str, Entry]) -> Iterator[None]:
+        """Show ``heads`` (an origin's entry once records not yet applied are) where they are ahead of
+        what is held, for the calls made inside; what is held is shown again after.  Nothing may be
+        written through this view's connection inside."""
+        self._current()
+        version = self._version
+        saved: dict[str, Entry | None] = {}
+        for origin, entry in heads.items():
+            held = self._entries.get(origin)
+            if held is None or entry[0] > held[0]:
+                saved[origin] = held
+                self._entries[origin] = entry
+                self._index.set(origin, entry)
+        if saved:
+            self._digest = None
+        try:
+            yield
+        finally:
+            if self.store.data_version() != version:  # rebuilt or changed meanwhile: read it again
+                self._version = None
+            else:
+                for origin, held in saved.items():
+                    if held is None:
+                        del self._entries[origin]
+                    else:
+                        self._entries[origin] = held
+                    self._index.set(origin, held)
+                if saved:
+                    self._digest = None
 
     def known_at(self, origin: str, seq: int) -> list[bytes]:
         return holdings.known_at(self.store.db, origin, seq)

@@ -57,8 +57,8 @@ def limits_of(config: Config) -> Limits:
 
 
 def peer_of(source: str) -> str:
-    """The peer a source counts against: a folder's files are one peer (as ``received_usage``'s
-    triggers count them, store.py)."""
+    """The peer a source counts against: a folder's files are one peer (as ``holdings.Usage``
+    counts them in ``received_usage``)."""
     return "folder" if source.startswith("folder:") else source
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Generator, Sequence
+from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple
@@ -71,11 +71,60 @@ def _newer(record: Record, seq: int | None, at: str) -> bool:
     return signed_time(record) > at
 
 
-def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -> PutOutcome:
+class Usage:
+    """Bytes and records stored by (origin, delivering peer), to add to ``received_usage`` (schema
+    v5, v6) in one statement per pair: ``put`` adds each record it stores here, and the caller
+    ``write``s it before its transaction ends, so that the next batch's budget reads exact sums."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], list[Any]] = {}  # (origin, peer) -> [bytes, records, last]
+
+    def add(self, origin: str, source: str, size: int, received: str) -> None:
+        # Every folder file counts as the one peer "folder" (admission.peer_of says why).
+        peer = "folder" if source.startswith("folder:") else source
+        row = self._rows.get((origin, peer))
+        if row is None:
+            self._rows[origin, peer] = [size, 1, received]
+        else:
+            row[0] += size
+            row[1] += 1
+            row[2] = max(row[2], received)
+
+    def write(self, db: sqlite3.Connection) -> None:
+        if self._rows:
+            db.executemany(
+                "INSERT INTO received_usage (origin, peer, bytes, records, last) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(origin, peer) DO UPDATE SET bytes = bytes + excluded.bytes, "
+                "records = records + excluded.records, last = max(last, excluded.last)",
+                [(o, p, size, n, last) for (o, p), (size, n, last) in self._rows.items()])
+            self._rows = {}
+
+
+def unknown_targets(db: sqlite3.Connection, targets: Collection[str]) -> set[str]:
+    """The lesson hashes among ``targets`` that nothing here is about yet: no record has them as its
+    target, no lesson has them, no tombstone buries them (three queries for a whole batch)."""
+    out = set(targets)
+    items = list(out)
+    for k in range(0, len(items), 500):
+        part = items[k:k + 500]
+        marks = ",".join("?" * len(part))
+        for sql in (f"SELECT DISTINCT target FROM records WHERE target IN ({marks})",
+                    f"SELECT DISTINCT hash FROM lessons WHERE hash IN ({marks})",
+                    f"SELECT hash FROM tombstones WHERE hash IN ({marks})"):
+            out.difference_update(str(r[0]) for r in db.execute(sql, part))
+    return out
+
+
+def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime, usage: Usage | None = None,
+        unknown: bool = False) -> PutOutcome:
+    """Store a verified record (the module docstring's rules).  The bytes it adds to ``received_usage``
+    go to ``usage`` when one is given (the caller writes it before committing), else at once.
+    ``unknown``: the caller knows that nothing here is about the record's target yet
+    (``unknown_targets``, and nothing with that target stored since), so no held version is looked for."""
     digest = digest_of(record.raw)
     superseded = 0
     outcome: PutOutcome = "new"
-    if record.type == "lesson":
+    if record.type == "lesson" and not unknown:
         current = db.execute(
             "SELECT id, seq, at, digest FROM records WHERE origin = ? AND target = ? AND type = 'lesson' "
             "AND superseded = 0", (record.origin, record.target)).fetchone()
@@ -86,10 +135,11 @@ def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -
                 superseded, outcome = 1, "older"
     # The unique indexes on digest and on (origin, seq) decide duplicates and forks in
     # the same statement that stores the record: one round trip in the common case.
+    received = iso(now)
     inserted = db.execute(
         "INSERT INTO records (origin, seq, type, target, raw, source, received, at, digest, superseded) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (record.origin, record.seq, record.type, record.target, record.raw, source, iso(now), signed_time(record),
+        (record.origin, record.seq, record.type, record.target, record.raw, source, received, signed_time(record),
          digest, max(superseded, 0)),
     ).rowcount
     if not inserted:
@@ -102,6 +152,12 @@ def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime) -
         return "fork"
     if superseded < 0:
         db.execute("UPDATE records SET superseded = 1 WHERE id = ?", (-superseded,))
+    if usage is None:
+        usage = Usage()
+        usage.add(record.origin, source, len(record.raw), received)
+        usage.write(db)
+    else:
+        usage.add(record.origin, source, len(record.raw), received)
     return outcome
 
 

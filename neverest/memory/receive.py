@@ -137,13 +137,17 @@ class _MeaningIndex:
         return int(rows.ids[best]) if scores[best] >= join_threshold(HASHED_SPACE) else None
 
 
+_NOTHING_MET: Final = lessons.Arrival(False, False, None, None)
+
+
 def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-                  result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None) -> None:
+                  result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None,
+                  unknown: bool) -> None:
     if record.origin == own_origin:
         return
     # Is the hash tombstoned, did this origin already revoke it, and which lesson here holds
-    # it (this memory's own first)?
-    met = lessons.arrival(db, record.target, record.origin)
+    # it (this memory's own first)?  Nothing, when nothing here is about it yet (``unknown``).
+    met = _NOTHING_MET if unknown else lessons.arrival(db, record.target, record.origin)
     if met.buried or met.revoked:
         return
     fields = record.fields
@@ -169,14 +173,14 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
     result.candidates += 1
     index.add(fields["kind"], lesson_id, vector)
     # Confirmations that arrived before the lesson count now.
-    for confirmer in holdings.confirmers(db, record.target):
+    for confirmer in ([] if unknown else holdings.confirmers(db, record.target)):
         if confirmer not in (record.origin, own_origin) and _raise(db, lesson_id, confirmer, config, now):
             result.confirmed += 1
 
 
 def _apply_confirm(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-                   result: ReceiveResult) -> None:
-    for lesson_id, publisher in lessons.held(db, record.target):
+                   result: ReceiveResult, unknown: bool) -> None:
+    for lesson_id, publisher in ([] if unknown else lessons.held(db, record.target)):
         # A publisher confirming its own lesson does not count; nor does this memory
         # counting its own confirmations twice.
         if record.origin in (publisher, own_origin):
@@ -190,11 +194,14 @@ def _apply_revoke(db: sqlite3.Connection, record: Record, now: datetime, result:
 
 
 def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
-           result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None = None) -> None:
+           result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None = None,
+           unknown: bool = False) -> None:
+    """``unknown``: nothing in the store is about the record's target yet (Receiver._store knows it
+    for a whole batch with three queries), so the look-ups that would find nothing are skipped."""
     if record.type == "lesson":
-        _apply_lesson(db, record, own_origin, config, now, result, index, vector)
+        _apply_lesson(db, record, own_origin, config, now, result, index, vector, unknown)
     elif record.type == "confirm":
-        _apply_confirm(db, record, own_origin, config, now, result)
+        _apply_confirm(db, record, own_origin, config, now, result, unknown)
     else:
         _apply_revoke(db, record, now, result)
 
@@ -260,9 +267,9 @@ class Receiver:
         claims an origin the storage budget declined is refused unverified: it would be
         refused valid or not."""
         db = self.store.db
-        digests = [holdings.digest_of(line) for line in lines if line is not None]
-        held = holdings.held_among(db, digests)
-        fresh = [line for line in lines if line is None or holdings.digest_of(line) not in held] if held else lines
+        digests = [None if line is None else holdings.digest_of(line) for line in lines]
+        held = holdings.held_among(db, [d for d in digests if d is not None])
+        fresh = [line for line, d in zip(lines, digests, strict=True) if d is None or d not in held] if held else lines
         result.duplicates += len(lines) - len(fresh)
         kept = [line for line in fresh if line is None or not self.gate.declines(db, line, source)]
         result.refused[admission.OVER_BUDGET] += len(fresh) - len(kept)
@@ -306,28 +313,37 @@ class Receiver:
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
             over = self.gate.screen(db, [(source, item) for source, item, _, _ in self._pending])
+            usage = holdings.Usage()
+            # Targets nothing here is about yet: the first record of each skips the look-ups that
+            # would find nothing; once one is stored, the target is known and the next ones look.
+            unknown = holdings.unknown_targets(db, {item.target for _, item, _, _ in self._pending
+                                                    if isinstance(item, Record)})
             for k, (source, item, result, vector) in enumerate(self._pending):
                 if vector is None and isinstance(item, Record):
                     vector = vectors.get(id(item))
                 reason = (admission.OVER_BUDGET if k in over
-                          else self._store_one(db, source, item, result, horizon, vector))
+                          else self._store_one(db, source, item, result, horizon, vector, usage, unknown))
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
+            usage.write(db)  # before the commit: the next batch's budget reads it
             refused.update(self.gate.take_early())
             for (source, reason), n in refused.items():
                 holdings.count_refusal(db, source, reason, self.now, n)
         self._pending = []
 
     def _store_one(self, db: sqlite3.Connection, source: str, item: Record | RecordError, result: ReceiveResult,
-                   horizon: datetime, vector: npt.NDArray[np.float32] | None) -> str | None:
+                   horizon: datetime, vector: npt.NDArray[np.float32] | None, usage: holdings.Usage,
+                   unknown: set[str]) -> str | None:
         """Store and apply one record; the refusal reason, if it is refused."""
         if isinstance(item, RecordError):
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
             return "future"
         self.origins.add(item.origin)
-        outcome = holdings.put(db, item, source=source, now=self.now)
+        first = item.target in unknown
+        unknown.discard(item.target)
+        outcome = holdings.put(db, item, source=source, now=self.now, usage=usage, unknown=first)
         if outcome == "duplicate":
             result.duplicates += 1
         elif outcome == "fork":
@@ -337,7 +353,7 @@ class Receiver:
             result.older += 1
         else:
             result.accepted += 1
-            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector)
+            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector, first)
         return None
 
     def close(self) -> None:

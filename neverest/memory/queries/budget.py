@@ -1,6 +1,7 @@
 """The storage budget's SQL (the rule is memory/budget.py, the glue memory/admission.py).
 
-``received_usage`` (schema v5, kept by triggers) holds the bytes by origin and peer.
+``received_usage`` (schema v5; added to by ``holdings.put``, taken from by a delete trigger) holds
+the bytes by origin and peer.
 ``declined`` (schema v5) remembers origins this memory chose not to hold, with the head it
 was offered or held of them: gossip's digest shows that head (gossip/view.py), so peers do not
 send the origin again until the row expires.
@@ -30,7 +31,8 @@ _USAGE = "SELECT origin, peer, bytes, last FROM received_usage WHERE origin != ?
 def usage(db: sqlite3.Connection, own_origin: str, *, origins: Collection[str] | None = None,
           peers: Collection[str] = ()) -> list[PeerBytes]:
     """Bytes of records held from other origins, by origin and delivering peer (``received_usage``,
-    kept by triggers on ``records``): every row, or only those of ``origins`` or ``peers``."""
+    kept by ``holdings.put`` and a delete trigger on ``records``): every row, or only those of
+    ``origins`` or ``peers``."""
     if origins is None:
         rows = db.execute(_USAGE, (own_origin,))
     else:
