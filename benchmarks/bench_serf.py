@@ -368,7 +368,7 @@ def serf_rpc_bytes() -> float:
 
 
 def measure(system: System, *, warmup_s: float, idle_s: float, events: int, deadline_s: float, seed: int,
-            rpc_bytes: float, profile_s: float, profile_out: Path | None) -> dict[str, Any]:
+            rpc_bytes: float, profile_s: float, profile_out: Path | None, profile_gil: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     label = f"{system.name[:5]}{system.nodes}"
     with namespace(label) as group, tempfile.TemporaryDirectory(prefix="nvserf-") as tmp_name:
@@ -385,7 +385,8 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
         if profile_out is not None:
             profiler = subprocess.Popen([PY_SPY, "record", "--pid", str(pids[0]), "--duration", str(int(profile_s)),
                                          "--rate", "100", "--format", "raw", "--output", str(profile_out),
-                                         "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                         "--nonblocking", *(["--gil"] if profile_gil else [])],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rounds0 = system.rounds_done()
         cpu0, fds0, tx0, t0 = [cpu_s(p) for p in pids], [fds(p) for p in pids], group.tx_bytes(), time.monotonic()
         samples = [(t0, tx0)]
@@ -485,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default="neverest,serf")
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy",
                         help="profile one Neverest daemon for this many seconds in the first idle window")
+    parser.add_argument("--py-spy-gil", action="store_true", dest="py_spy_gil",
+                        help="keep only samples holding the GIL (Python running, not waiting)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -510,11 +513,12 @@ def main(argv: list[str] | None = None) -> int:
             out = None
             if args.py_spy and profile is None:
                 out = Path(tempfile.mkstemp(prefix="nvserf-pyspy-", suffix=".txt")[1])
-            rows.append(measure(Neverest(n, period), rpc_bytes=0.0, profile_s=args.py_spy, profile_out=out, **common))
+            rows.append(measure(Neverest(n, period), rpc_bytes=0.0, profile_s=args.py_spy, profile_out=out,
+                                profile_gil=args.py_spy_gil, **common))
             if out is not None:
                 own, total = top_frames(out.read_text() if out.exists() else "")
                 profile = {"nodes": n, "period_s": period, "seconds": args.py_spy, "raw": str(out),
-                           "self": own, "total": total}
+                           "gil": args.py_spy_gil, "self": own, "total": total}
     result: dict[str, Any] = {
         "load_end": os.getloadavg(), "wall_s": round(time.monotonic() - started), "serf_rpc_bytes": rpc,
         "serf_note": "serf 0.8 cannot set its gossip interval: it runs -profile=lan (200 ms, 3 nodes) "
