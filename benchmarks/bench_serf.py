@@ -371,7 +371,9 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
             rpc_bytes: float, profile_s: float, profile_out: Path | None, profile_gil: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     label = f"{system.name[:5]}{system.nodes}"
-    with namespace(label) as group, tempfile.TemporaryDirectory(prefix="nvserf-") as tmp_name:
+    # The folder outlives the namespace: its processes are stopped before their homes are removed.
+    with tempfile.TemporaryDirectory(prefix="nvserf-", ignore_cleanup_errors=True) as tmp_name, \
+            namespace(label) as group:
         started = time.monotonic()
         system.start(group, Path(tmp_name), rng)
         _wait("all members alive", system.settled, 60, group)
@@ -504,17 +506,26 @@ def main(argv: list[str] | None = None) -> int:
     rpc = serf_rpc_bytes() if "serf" in systems else 0.0
     rows: list[dict[str, Any]] = []
     profile: dict[str, Any] | None = None
+
+    def row(system: System, **kwargs: Any) -> None:
+        try:
+            rows.append(measure(system, **kwargs, **common))
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # the other rows still count
+            rows.append({"system": system.name, "nodes": system.nodes, "period_s": system.period_s,
+                         "error": f"{type(exc).__name__}: {exc}"})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress, and what survives a crash
+
     for n in nodes:
         if "serf" in systems:  # one run per N: its period cannot be set
-            rows.append(measure(Serf(n), rpc_bytes=rpc, profile_s=0, profile_out=None, **common))
+            row(Serf(n), rpc_bytes=rpc, profile_s=0, profile_out=None)
         for period in periods:
             if "neverest" not in systems:
                 continue
             out = None
             if args.py_spy and profile is None:
                 out = Path(tempfile.mkstemp(prefix="nvserf-pyspy-", suffix=".txt")[1])
-            rows.append(measure(Neverest(n, period), rpc_bytes=0.0, profile_s=args.py_spy, profile_out=out,
-                                profile_gil=args.py_spy_gil, **common))
+            row(Neverest(n, period), rpc_bytes=0.0, profile_s=args.py_spy, profile_out=out,
+                profile_gil=args.py_spy_gil)
             if out is not None:
                 own, total = top_frames(out.read_text() if out.exists() else "")
                 profile = {"nodes": n, "period_s": period, "seconds": args.py_spy, "raw": str(out),
@@ -531,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'N':>3} {'period':>7} {'system':9} {'to all s':>8} {'rounds':>6} {'missed':>6} {'B/node/ev':>9} "
           f"{'±noise':>6} {'idle KB/s/n':>11} {'idle CPU%':>9} {'fds':>5} {'real period':>11} {'load':>5}")
     for r in rows:
+        if "error" in r:
+            print(f"{r['nodes']:>3} {r['period_s']:>6g}s {r['system']:9} failed: {r['error']}")
+            continue
         shown = f"{r['period_s']:g}s" + ("*" if r["system"] == "serf" else "")
         tta = "-" if r["time_to_all_s"] is None else f"{r['time_to_all_s']:.2f}"
         rounds = "-" if r["rounds"] is None else f"{r['rounds']:.1f}"
@@ -541,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['idle_cpu_pct_median']:>9.2f} {r['fds_end_median']:>5g} {real:>11} {r['load_at_idle'][0]:>5.2f}")
     print(f"* {result['serf_note']}; serf's own `serf event` RPC ({rpc:.0f} B) is subtracted")
     for r in rows:
+        if "error" in r:
+            continue
         print(f"  {r['system']} N={r['nodes']} {r['period_s']:g}s: sockets idle {r['sockets_idle']}, "
               f"end {r['sockets_end']}; events {[e['time_to_all_s'] for e in r['events']]}")
     if profile:
