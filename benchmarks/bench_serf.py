@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -275,11 +276,13 @@ class Neverest(System):
         return True
 
     def rounds_done(self) -> list[int] | None:
-        out = []
-        for home in self.homes:
+        def started(home: Path) -> int:
             exchanges = ask(home, {"op": "status"}, timeout_s=30)["status"]["exchanges"]
-            out.append(int(exchanges.get("ok", 0)) + int(exchanges.get("failed", 0)))
-        return out
+            return int(exchanges.get("ok", 0)) + int(exchanges.get("failed", 0))
+        # All at once: asked one after another, 30 busy daemons take seconds, and the count drifts off the
+        # traffic counter read beside it.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.homes)) as pool:
+            return list(pool.map(started, self.homes))
 
     def _max_record(self, i: int) -> int:
         try:
@@ -405,7 +408,9 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
                                          "--rate", "100", "--format", "raw", "--output", str(profile_out),
                                          "--nonblocking", *(["--gil"] if profile_gil else [])],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tx_a = group.tx_bytes()
         rounds0 = system.rounds_done()
+        tx_b = group.tx_bytes()
         cpu0, fds0, tx0, t0 = [cpu_s(p) for p in pids], [fds(p) for p in pids], group.tx_bytes(), time.monotonic()
         samples = [(t0, tx0)]
         while time.monotonic() - t0 < idle_s:  # traffic every 0.25 s: how noisy the idle baseline is
@@ -414,7 +419,9 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
             system.idle_poll()
             time.sleep(POLL_S)
         cpu1, fds1, tx1, t1 = [cpu_s(p) for p in pids], [fds(p) for p in pids], group.tx_bytes(), time.monotonic()
+        tx_c = group.tx_bytes()
         rounds1 = system.rounds_done()
+        tx_d = group.tx_bytes()
         sockets = group.sockets()
         if profiler is not None:
             profiler.wait(timeout=profile_s + 60)
@@ -423,7 +430,8 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
         # in-sync exchange (bytes of the window minus that many in-sync exchanges), not per second.
         per_exchange = None
         if rounds0 is not None and rounds1 is not None and sum(rounds1) > sum(rounds0):
-            per_exchange = (tx1 - tx0) / (sum(rounds1) - sum(rounds0))
+            # the traffic counter at the middle of each count (the counts take a while under load)
+            per_exchange = ((tx_c + tx_d) / 2 - (tx_a + tx_b) / 2) / (sum(rounds1) - sum(rounds0))
         shares = [(b - a) / (t1 - t0) * 100 for a, b in zip(cpu0, cpu1, strict=True)]
         tail_s = max(2.0, 2 * system.period_s)
         measured = [run_event(system, group, k=k, origin=(k * 7) % system.nodes, deadline_s=deadline_s,
@@ -481,6 +489,7 @@ def idle_noise(samples: list[tuple[float, int]], rate: float, window_s: float) -
 
 def run_event(system: System, group: Group, *, k: int, origin: int, deadline_s: float, tail_s: float,
               idle_rate: float, rpc_bytes: float, per_exchange: float | None = None) -> Event:
+    tx_a = group.tx_bytes()
     ex0 = system.rounds_done() if per_exchange is not None else None
     tx0, t0 = group.tx_bytes(), time.monotonic()
     system.trigger(k, origin)
@@ -493,6 +502,7 @@ def run_event(system: System, group: Group, *, k: int, origin: int, deadline_s: 
     time.sleep(tail_s)  # what the event still causes after the last arrival (retransmits, answers in flight)
     tx1, t1 = group.tx_bytes(), time.monotonic()
     ex1 = system.rounds_done() if per_exchange is not None else None
+    tx_d = group.tx_bytes()
     system.finish()
     missed = system.nodes - len(seen)
     # From the origin holding it to the last node holding it (a node's time is when it was seen).
@@ -501,7 +511,7 @@ def run_event(system: System, group: Group, *, k: int, origin: int, deadline_s: 
     extra = (tx1 - tx0) - idle_rate * (t1 - t0) - (rpc_bytes if system.name == "serf" else 0.0)
     by_exchange = None
     if per_exchange is not None and ex0 is not None and ex1 is not None:
-        by_exchange = ((tx1 - tx0) - per_exchange * (sum(ex1) - sum(ex0))) / system.nodes
+        by_exchange = ((tx1 + tx_d) / 2 - (tx_a + tx0) / 2 - per_exchange * (sum(ex1) - sum(ex0))) / system.nodes
     return Event(time_to_all_s=spread, missed=missed, bytes_per_node=extra / system.nodes, window_s=t1 - t0,
                  bytes_per_node_by_exchange=by_exchange)
 
