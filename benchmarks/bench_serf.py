@@ -599,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['nodes']:>3} {shown:>7} {r['system']:9} {tta:>8} {rounds:>6} {r['missed_total']:>6} "
               f"{r['bytes_per_node_event']:>9} {noise:>6} {r['idle_kb_s_per_node']:>11.2f} "
               f"{r['idle_cpu_pct_median']:>9.2f} {r['fds_end_median']:>5g} {real:>11} {r['load_at_idle'][0]:>5.2f}")
-    print(f"* {result['serf_note']}; serf's own `serf event` RPC ({rpc:.0f} B) is subtracted")
+    if "serf" in systems:
+        print(f"* {result['serf_note']}; serf's own `serf event` RPC ({rpc:.0f} B) is subtracted")
     for r in rows:
         if "error" in r:
             continue
