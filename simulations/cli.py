@@ -82,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
                     help="rounds of the whole-digest run (default: as many as revision 2's; 0: none)")
     ld.add_argument("--probe-baseline-rounds", type=int, default=None,
                     help="rounds of the whole-digest probe (default: until everyone holds it; 0: none)")
+    ld.add_argument("--workers", type=_positive, default=load.Options.workers,
+                    help="processes for the run's independent parts (default 2; the result does not depend on it)")
     _common(ld)
 
     t = sub.add_parser("transports", help="one new lesson by gossip and through the HTTP commons: bytes and time")
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = load.run(load.Options(
             agents=args.agents, rate=args.rate, days=args.days, period_s=args.period, fanout=args.fanout,
             seed=args.seed, baseline_rounds=args.baseline_rounds, probe_baseline_rounds=args.probe_baseline_rounds,
-            out=out, quiet=args.quiet))
+            workers=args.workers, out=out, quiet=args.quiet))
         report.emit(result, load.summary(result), as_json=args.json)
         return 0 if result["reconcile"]["lessons_reached_all"] == result["lessons"] else 1
     if args.experiment == "transports":

@@ -41,11 +41,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import random
 import resource
 import statistics
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,10 @@ class Options:
     drain_rounds: int = 100  # rounds after the week for the last lessons to reach everyone
     out: Path | None = None
     quiet: bool = False
+    # Processes for the run's independent parts (the week with ranges, the probes, the week with
+    # whole digests): each part draws from its own seeded streams, so the result is the same
+    # with 1 as with 2 (tests/test_sim_load.py checks it); 2 uses both cores of this machine.
+    workers: int = 2
 
 
 # -- the world ---------------------------------------------------------------------------
@@ -399,32 +405,78 @@ def week_rounds(opts: Options) -> int:
     return math.ceil(opts.days * DAY_S / opts.period_s)
 
 
+# The world of the run being forked from: worker processes are forked after it is made, so
+# they inherit it (and the interpreter's hash seed) instead of rebuilding and pickling it.
+_WORLD: World | None = None
+
+
+def _week(settings: Settings, rounds: int, seed: int, name: str, until_done: bool,
+          quiet: bool) -> tuple[dict[str, Any], int]:
+    assert _WORLD is not None
+    net, part = simulate(_WORLD, settings, rounds, seed=seed, name=name, until_done=until_done, quiet=quiet)
+    return part, max(v.changes for v in net.views)
+
+
+class _Here:
+    """The interface of a process pool's futures, for the parts run in this process (workers = 1)."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._value = fn(*args)
+
+    def result(self) -> Any:
+        return self._value
+
+
 def run(opts: Options) -> dict[str, Any]:
+    global _WORLD
     if opts.agents < 2:
         raise ValueError("a network needs at least 2 agents")
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    world = make_world(opts.agents, opts)
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    world = _WORLD = make_world(opts.agents, opts)
     setup_s = time.perf_counter() - wall0
     rounds = week_rounds(opts) + opts.drain_rounds
-    net, reconcile = simulate(world, Settings(), rounds, seed=opts.seed, name="reconcile", until_done=True,
-                              quiet=opts.quiet)
-    ran = reconcile["rounds_run"]
-    best = ideal_figures(world, ran)
-    baseline_rounds = ran if opts.baseline_rounds is None else min(opts.baseline_rounds, ran)
-    digests: dict[str, Any] | None = None
-    if baseline_rounds:
-        _, digests = simulate(world, Settings(reconcile=False), baseline_rounds, seed=opts.seed, name="digests",
-                              until_done=False, quiet=opts.quiet)
-        # Revision 2 over the same rounds, for bytes measured on the same span.
-        span = reconcile["bytes_per_round"][:baseline_rounds]
-        digests["reconcile_bytes_per_agent_round_same_rounds"] = sum(span) / (opts.agents * baseline_rounds)
-        digests["ideal"] = ideal_figures(world, baseline_rounds)
-        digests["vs_ideal"] = compare(digests, digests["ideal"])
-    probe_rounds = 200
-    probe_reconcile = probe(opts, Settings(), "reconcile", probe_rounds)
-    pb = opts.probe_baseline_rounds
-    probe_digests = None if pb == 0 else probe(opts, Settings(reconcile=False), "digests",
-                                                probe_rounds if pb is None else pb)
+    pool = (ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("fork"))
+            if opts.workers > 1 else None)
+
+    def submit(fn: Any, *args: Any) -> Any:
+        return pool.submit(fn, *args) if pool is not None else _Here(fn, *args)
+
+    try:
+        week = submit(_week, Settings(), rounds, opts.seed, "reconcile", True, opts.quiet)
+        # The baseline's rounds are known beforehand when given: it need not wait for the week.
+        later = opts.baseline_rounds is None
+        early = None if later or not opts.baseline_rounds else submit(
+            _week, Settings(reconcile=False), opts.baseline_rounds, opts.seed, "digests", False, opts.quiet)
+        probe_rounds = 200
+        pb = opts.probe_baseline_rounds
+        probes = [submit(probe, opts, Settings(), "reconcile", probe_rounds),
+                  None if pb == 0 else submit(probe, opts, Settings(reconcile=False), "digests",
+                                              probe_rounds if pb is None else pb)]
+        reconcile, changes_max = week.result()
+        ran = reconcile["rounds_run"]
+        baseline_rounds = ran if opts.baseline_rounds is None else min(opts.baseline_rounds, ran)
+        if early is not None and baseline_rounds < opts.baseline_rounds:  # asked for more than the week ran
+            early = None
+        if early is None and baseline_rounds:
+            early = submit(_week, Settings(reconcile=False), baseline_rounds, opts.seed, "digests", False,
+                           opts.quiet)
+        best = ideal_figures(world, ran)
+        digests: dict[str, Any] | None = None
+        if early is not None:
+            digests = early.result()[0]
+            # Revision 2 over the same rounds, for bytes measured on the same span.
+            span = reconcile["bytes_per_round"][:baseline_rounds]
+            digests["reconcile_bytes_per_agent_round_same_rounds"] = sum(span) / (opts.agents * baseline_rounds)
+            digests["ideal"] = ideal_figures(world, baseline_rounds)
+            digests["vs_ideal"] = compare(digests, digests["ideal"])
+        probe_reconcile = probes[0].result()
+        probe_digests = None if probes[1] is None else probes[1].result()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        _WORLD = None
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     sizes = [len(raw) for _, _, raw in world.publications]
     result: dict[str, Any] = {
         "experiment": "load",
@@ -442,10 +494,13 @@ def run(opts: Options) -> dict[str, Any]:
         "vs_ideal": compare(reconcile, best),
         "digests": digests,
         "probe": {"reconcile": probe_reconcile, "digests": probe_digests},
-        "rss_max_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "overlay_changes_max": max(v.changes for v in net.views),
+        "rss_max_mb": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, children.ru_maxrss) / 1024,
+        "overlay_changes_max": changes_max,
         "setup_s": setup_s,
-        "cpu_s": time.process_time() - cpu0,
+        "workers": opts.workers,
+        # This process's CPU and its workers' (all of them have ended here).
+        "cpu_s": (time.process_time() - cpu0 + children.ru_utime + children.ru_stime
+                  - children0.ru_utime - children0.ru_stime),
         "wall_s": time.perf_counter() - wall0,
     }
     if opts.out is not None:

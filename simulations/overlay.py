@@ -41,8 +41,6 @@ from neverest.gossip.ranges import ORIGIN_BITS, RangeIndex, fingerprint_of, item
 from neverest.memory.receive import ReceiveResult
 
 _MOD: Final = 1 << 128
-_LOW_BITS: Final = 12  # ranges.py's buckets: by the top 12 bits of the origin
-_TOP_BITS: Final = 6  # and their totals by the top 6
 
 Held = tuple[Entry, int]  # (entry, item hash): what a RangeIndex bucket keeps per origin
 
@@ -64,7 +62,11 @@ class Library:
         self.known: dict[bytes, Known] = {}
         self.lessons: list[tuple[str, int]] = []  # lesson number → (origin, seq), for records added
         self.base_index = RangeIndex()
-        self._base_lows: list[int] | None = None
+        self.base_held: dict[str, Held] = {}  # origin → (entry, item hash) of the base, once views exist
+        self._sorted: tuple[list[int], list[tuple[str, Entry]], list[tuple[str, Held]]] | None = None
+        self._sums: dict[tuple[int, int], tuple[int, int]] = {}
+        self._child_sums: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        self._children: dict[tuple[int, int, int], list[tuple[bytes, int]]] = {}
         self._base_digest: Digest | None = None
         # (agent, lesson number) whenever a view accepts a record: how the experiment counts holders.
         self.on_accept: Callable[[int, int], None] | None = None
@@ -89,51 +91,91 @@ class Library:
     def settle(self, raw: bytes) -> None:
         """Make a record (the next seq of its origin) part of the base.  Only before views exist:
         they read the base index as it is."""
-        if self.lessons:
-            raise ValueError("settle the base before adding the run's records")
+        if self.lessons or self._sorted is not None:
+            raise ValueError("settle the base before adding the run's records and making views")
         known = self._add(raw, -1)
         have = self.base_index.get(known.origin)
         if known.seq != (have[0] if have else 0) + 1:
             raise ValueError("the base holds every origin's records from seq 1, without gaps")
         self.base_index.set(known.origin, known.held[0])
 
-    @property
-    def base_lows(self) -> list[int]:
-        """The base index's buckets, sorted: one list for every view (4 096 at 10^4 origins)."""
-        if self._base_lows is None:
-            self._base_lows = sorted(self.base_index._low)
-        return self._base_lows
+    # -- the base's answers, computed once per range for every view (the base no longer changes
+    # once views exist: settle refuses records after the run's own) -------------------------
+
+    def _sorted_base(self) -> tuple[list[int], list[tuple[str, Entry]], list[tuple[str, Held]]]:
+        if self._sorted is None:
+            scanned = sorted(self.base_index._scan(0, 0))
+            self._sorted = ([int(origin, 16) for origin, _ in scanned], [(o, held[0]) for o, held in scanned],
+                            scanned)
+            self.base_held = dict(scanned)
+        return self._sorted
+
+    def _span(self, bits: int, prefix: int) -> tuple[int, int]:
+        keys = self._sorted_base()[0]
+        shift = ORIGIN_BITS - bits
+        return bisect.bisect_left(keys, prefix << shift), bisect.bisect_left(keys, (prefix + 1) << shift)
+
+    def base_items(self, bits: int, prefix: int) -> list[tuple[str, Entry]]:
+        """The base's entries in a range, sorted by origin (a slice of one sorted list)."""
+        lo, hi = self._span(bits, prefix)
+        return self._sorted_base()[1][lo:hi]
+
+    def base_scan(self, bits: int, prefix: int) -> list[tuple[str, Held]]:
+        lo, hi = self._span(bits, prefix)
+        return self._sorted_base()[2][lo:hi]
+
+    def base_sum_count(self, bits: int, prefix: int) -> tuple[int, int]:
+        key = (bits, prefix)
+        got = self._sums.get(key)
+        if got is None:
+            got = self._sums[key] = self.base_index._sum_count(bits, prefix)
+        return got
+
+    def base_child_sums(self, bits: int, prefix: int, b: int) -> list[tuple[int, int]]:
+        key = (bits, prefix, b)
+        got = self._child_sums.get(key)
+        if got is None:
+            got = self._child_sums[key] = self.base_index.child_sums(bits, prefix, b)
+        return got
+
+    def base_children(self, bits: int, prefix: int, b: int) -> list[tuple[bytes, int]]:
+        key = (bits, prefix, b)
+        got = self._children.get(key)
+        if got is None:
+            got = self._children[key] = self.base_index.children(bits, prefix, b)
+        return got
 
     @property
     def base_digest(self) -> Digest:
         """The base as a digest, for revision 1: made once, not once per memory."""
         if self._base_digest is None:
-            self._base_digest = Digest(dict(self.base_index.items(0, 0)))
+            self._base_digest = Digest(dict(self.base_items(0, 0)))
         return self._base_digest
 
 
 class OverlayIndex(RangeIndex):
     """A ``RangeIndex`` of a base index plus this memory's changes to it (entries only added or
-    replaced: memories here forget nothing).  The parent's own buckets stay empty; it serves
-    ``count``, ``fingerprint``, ``children``, ``child_sums`` and ``items`` through the
-    ``_sum_count`` and ``_scan`` below."""
+    replaced: memories here forget nothing).  The parent's own buckets stay empty; every range
+    method is answered from the library's cached answers for the base (``Library.base_*``: the
+    base never changes once views exist, and every view asks the same ranges of it) corrected
+    by this memory's changes, kept sorted by origin with their change of sum and count, so that
+    the changes inside a range are one slice found by bisection."""
 
-    def __init__(self, base: RangeIndex, base_lows: list[int] | None = None) -> None:
+    def __init__(self, library: Library) -> None:
         super().__init__()
-        self._base = base
-        self._over: dict[int, dict[str, Held]] = {}  # low bucket → origin → (entry, item hash)
-        self._dlow: dict[int, list[int]] = {}  # low bucket → [change of its sum, of its count]
-        self._dtop: dict[int, list[int]] = {}  # the same by the top 6 bits
+        self._lib = library
+        self._base = library.base_index
+        self.flat: dict[str, Held] = {}  # origin → (entry, item hash) where this memory differs
+        self._keys: list[int] = []  # the changed origins as integers, sorted
+        self._dsums: list[int] = []  # per changed origin (same order): its change of the sum
+        self._dcounts: list[int] = []  # and of the count (1: an origin the base lacks)
         self._dsum = 0
         self._dcount = 0
-        self._over_lows: list[int] = []  # the keys of _over, sorted
-        # The base does not change once views read it; views of one library share the list.
-        self._base_lows = sorted(base._low) if base_lows is None else base_lows
 
     @property
     def changes(self) -> int:
         """Entries in which this memory differs from the base."""
-        return sum(map(len, self._over.values()))
+        return len(self.flat)
 
     def __len__(self) -> int:
         return len(self._base) + self._dcount
@@ -143,15 +185,12 @@ class OverlayIndex(RangeIndex):
         total, count = self._sum_count(0, 0)
         return fingerprint_of(total, count)
 
-    def _held(self, origin: str, low: int) -> Held | None:
-        over = self._over.get(low)
-        if over is not None and origin in over:
-            return over[origin]
-        bucket = self._base._low.get(low)
-        return None if bucket is None else bucket.entries.get(origin)
+    def _held(self, origin: str) -> Held | None:
+        held = self.flat.get(origin)
+        return held if held is not None else self._lib.base_held.get(origin)
 
     def get(self, origin: str) -> Entry | None:
-        held = self._held(origin, int(origin[:3], 16))
+        held = self._held(origin)
         return None if held is None else held[0]
 
     def set(self, origin: str, entry: Entry | None) -> None:
@@ -161,83 +200,88 @@ class OverlayIndex(RangeIndex):
 
     def put(self, origin: str, held: Held) -> None:
         """Set an origin's entry with its item hash already known (``Known.held``)."""
-        low = int(origin[:3], 16)
-        old = self._held(origin, low)
-        over = self._over.get(low)
-        if over is None:
-            over = self._over[low] = {}
-            bisect.insort(self._over_lows, low)
-        over[origin] = held
-        dsum = held[1] - (old[1] if old is not None else 0)
-        dcount = old is None
-        for table, key in ((self._dlow, low), (self._dtop, low >> (_LOW_BITS - _TOP_BITS))):
-            change = table.setdefault(key, [0, 0])
-            change[0] = (change[0] + dsum) % _MOD
-            change[1] += dcount
+        base = self._lib.base_held.get(origin)
+        dsum = held[1] - (base[1] if base is not None else 0)
+        dcount = int(base is None)
+        key = int(origin, 16)
+        at = bisect.bisect_left(self._keys, key)
+        if origin in self.flat:  # replaced again: its change to the base is the new one
+            self._dsum -= self._dsums[at]
+            self._dcount -= self._dcounts[at]
+            self._dsums[at], self._dcounts[at] = dsum, dcount
+        else:
+            self._keys.insert(at, key)
+            self._dsums.insert(at, dsum)
+            self._dcounts.insert(at, dcount)
+        self.flat[origin] = held
         self._dsum = (self._dsum + dsum) % _MOD
         self._dcount += dcount
 
-    # -- what RangeIndex's range methods read -------------------------------------------------
+    # -- ranges ------------------------------------------------------------------------------
+
+    def _slice(self, bits: int, prefix: int) -> tuple[int, int]:
+        """The positions in ``_keys`` of this memory's changes inside a range."""
+        shift = ORIGIN_BITS - bits
+        keys = self._keys
+        return bisect.bisect_left(keys, prefix << shift), bisect.bisect_left(keys, (prefix + 1) << shift)
 
     def _sum_count(self, bits: int, prefix: int) -> tuple[int, int]:
-        if bits > _LOW_BITS:
-            total, count = 0, 0
-            for _, (_, h) in self._scan(bits, prefix):
-                total += h
-                count += 1
-            return total, count
-        total, count = self._base._sum_count(bits, prefix)
+        total, count = self._lib.base_sum_count(bits, prefix)
         if bits == 0:
-            return total + self._dsum, count + self._dcount
-        table, span = (self._dtop, _TOP_BITS - bits) if bits <= _TOP_BITS else (self._dlow, _LOW_BITS - bits)
-        lo, hi = prefix << span, (prefix + 1) << span
-        if len(table) < hi - lo:
-            changes = [c for key, c in table.items() if lo <= key < hi]
-        else:
-            changes = [c for c in map(table.get, range(lo, hi)) if c is not None]
-        return total + sum(c[0] for c in changes), count + sum(c[1] for c in changes)
+            return (total + self._dsum) % _MOD, count + self._dcount
+        lo, hi = self._slice(bits, prefix)
+        if lo == hi:
+            return total, count
+        return (total + sum(self._dsums[lo:hi])) % _MOD, count + sum(self._dcounts[lo:hi])
+
+    def count(self, bits: int, prefix: int) -> int:
+        return self._sum_count(bits, prefix)[1]
+
+    def fingerprint(self, bits: int, prefix: int) -> bytes:
+        return fingerprint_of(*self._sum_count(bits, prefix))
 
     def child_sums(self, bits: int, prefix: int, b: int) -> list[tuple[int, int]]:
-        if bits + b > _LOW_BITS:
-            return super().child_sums(bits, prefix, b)  # one pass over _scan
-        # The base's children, plus this memory's changes to them in one pass over its buckets.
-        sums = [[total, count] for total, count in self._base.child_sums(bits, prefix, b)]
-        table, level = (self._dtop, _TOP_BITS) if bits + b <= _TOP_BITS else (self._dlow, _LOW_BITS)
-        span = level - bits
-        lo, hi, shift = prefix << span, (prefix + 1) << span, level - bits - b
-        keys = self._over_lows if table is self._dlow else sorted(table)
-        for key in keys[bisect.bisect_left(keys, lo):bisect.bisect_left(keys, hi)]:
-            change = table[key]
-            child = sums[(key - lo) >> shift]
-            child[0] += change[0]
-            child[1] += change[1]
-        return [(total, count) for total, count in sums]
+        base = self._lib.base_child_sums(bits, prefix, b)
+        lo, hi = self._slice(bits, prefix)
+        if lo == hi:
+            return list(base)
+        sums = [[total, count] for total, count in base]
+        shift, mask = ORIGIN_BITS - bits - b, (1 << b) - 1
+        for at in range(lo, hi):
+            child = sums[(self._keys[at] >> shift) & mask]
+            child[0] += self._dsums[at]
+            child[1] += self._dcounts[at]
+        return [(total % _MOD, count) for total, count in sums]
 
-    def _lows(self, bits: int, prefix: int) -> Iterable[int]:
-        """The buckets under a range that the base or this memory holds entries in, in order."""
-        if bits >= _LOW_BITS:
-            return (prefix >> (bits - _LOW_BITS),)
-        span = _LOW_BITS - bits
-        lo, hi = prefix << span, (prefix + 1) << span
-        base = self._base_lows[bisect.bisect_left(self._base_lows, lo):bisect.bisect_left(self._base_lows, hi)]
-        over = self._over_lows[bisect.bisect_left(self._over_lows, lo):bisect.bisect_left(self._over_lows, hi)]
-        return sorted({*base, *over}) if over else base
+    def children(self, bits: int, prefix: int, b: int) -> list[tuple[bytes, int]]:
+        base = self._lib.base_children(bits, prefix, b)
+        lo, hi = self._slice(bits, prefix)
+        if lo == hi:
+            return list(base)
+        # Only the children holding a change need a new fingerprint.
+        shift, mask = ORIGIN_BITS - bits - b, (1 << b) - 1
+        touched = {(self._keys[at] >> shift) & mask for at in range(lo, hi)}
+        sums = self.child_sums(bits, prefix, b)
+        return [(fingerprint_of(*sums[i]), sums[i][1]) if i in touched else fc for i, fc in enumerate(base)]
+
+    def items(self, bits: int, prefix: int) -> list[tuple[str, Entry]]:
+        base = self._lib.base_items(bits, prefix)
+        lo, hi = self._slice(bits, prefix)
+        if lo == hi:
+            return list(base)
+        merged = dict(base)
+        for at in range(lo, hi):
+            origin = f"{self._keys[at]:016x}"
+            merged[origin] = self.flat[origin][0]
+        return sorted(merged.items())
 
     def _scan(self, bits: int, prefix: int) -> Iterable[tuple[str, Held]]:
-        lows = self._lows(bits, prefix)
-        shift = ORIGIN_BITS - bits
-        deep = bits > _LOW_BITS
-        for low in lows:
-            bucket = self._base._low.get(low)
-            over = self._over.get(low)
-            if bucket is None and over is None:
-                continue
-            merged: Iterable[tuple[str, Held]] = bucket.entries.items() if bucket is not None else ()
-            if over is not None:
-                merged = [*((o, h) for o, h in merged if o not in over), *over.items()]
-            for origin, held in merged:
-                if not deep or int(origin, 16) >> shift == prefix:
-                    yield origin, held
+        merged = dict(self._lib.base_scan(bits, prefix))
+        lo, hi = self._slice(bits, prefix)
+        for at in range(lo, hi):
+            origin = f"{self._keys[at]:016x}"
+            merged[origin] = self.flat[origin]
+        return merged.items()
 
 
 class OverlayView:
@@ -245,7 +289,9 @@ class OverlayView:
 
     def __init__(self, library: Library, agent: int) -> None:
         self._lib, self.agent = library, agent
-        self._index = OverlayIndex(library.base_index, library.base_lows)
+        library.base_items(0, 0)  # the base is final now: sort it once, for every view
+        self._index = OverlayIndex(library)
+        self._flat = self._index.flat
         self._digest: Digest | None = None  # made when revision 1 asks, kept until a change
 
     def hold(self, raw: bytes) -> bool:
@@ -281,7 +327,10 @@ class OverlayView:
         return self._digest
 
     def entry(self, origin: str) -> Entry | None:
-        return self._index.get(origin)
+        held = self._flat.get(origin)
+        if held is None:
+            held = self._lib.base_held.get(origin)
+        return None if held is None else held[0]
 
     def index(self) -> RangeIndex:
         return self._index

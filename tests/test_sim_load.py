@@ -149,6 +149,17 @@ def test_a_seed_gives_the_same_run(small: dict[str, Any]) -> None:
     assert strip(other) != strip(small)
 
 
+def test_two_processes_give_the_run_of_one(small: dict[str, Any]) -> None:
+    """The parts run in worker processes (SMALL has workers=2) give what one process gives, part by part,
+    with the baseline's rounds given beforehand (it starts beside the week) and not (it waits for it)."""
+    assert small["workers"] == 2
+    alone = load.run(load.Options(**{**SMALL.__dict__, "workers": 1}))
+    assert strip(alone) == {**strip(small), "workers": 1}
+    given = {**SMALL.__dict__, "baseline_rounds": 3, "probe_baseline_rounds": 2}
+    assert strip(load.run(load.Options(**given))) == {**strip(load.run(load.Options(**{**given, "workers": 1}))),
+                                                      "workers": 2}
+
+
 def test_cli_prints_json_and_draws_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["load", "--agents", "8", "--rate", "2", "--days", "1", "--quiet", "--json",
                      "--out", str(tmp_path)])
