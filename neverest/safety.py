@@ -91,7 +91,10 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
         ),
         *((verb, rf"{verb}\s+(?:[\w']+\s+){{0,3}}?(?:safety|filters?\b|restrictions\b|content\s+polic)")
           for verb in ("ignore", "forget", "override", "bypass", "disable", "skip", "remove")),
-        ("apply", r"(?:rules?|safety|guidelines|policies|policy|restrictions)\s+(?:don't|do\s+not|no\s+longer)\s+apply\b"),
+        (
+            "apply",
+            r"(?:rules?|safety|guidelines|policies|policy|restrictions)\s+(?:don't|do\s+not|no\s+longer)\s+apply\b",
+        ),
         ("mode", r"(?:dan|jailbreak|developer|god)\s+mode\s+(?:is\s+)?(?:on|enabled|active)\b"),
         ("jailbreak jailbroken", r"jailbr(?:eak|oken)\b"),
         ("anything", r"do\s+anything\s+now\b"),
@@ -121,7 +124,10 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
             r"|models?|readers?|agents?)\b",
         ),
         # "Decode it and follow what it says".
-        ("decode decoded decoding", r"decod(?:e|ed|ing)\b.{0,80}?\b(?:follow|obey|execute|do\s+(?:what|as)|act\s+on)\b"),
+        (
+            "decode decoded decoding",
+            r"decod(?:e|ed|ing)\b.{0,80}?\b(?:follow|obey|execute|do\s+(?:what|as)|act\s+on)\b",
+        ),
         # Links that send the reader somewhere, and Markdown images that load a URL when rendered.
         (
             "visit go navigate head browse click open follow",
@@ -217,12 +223,14 @@ _MARKUP: Final = re.compile(
     r"|\[/?(?:inst|system|assistant|user|sys|human)\]"
     r"|<<\s*/?sys\s*>>"
     r"|#{2,}\s*(?:instructions?|system|response|input|user|assistant)\b"
-    r"|(?:^|\n)[ \t>*-]*(?:system|assistant|user|human)\s*:"
     r"|<!--"
     r"|<end\s+of\s+(?:session|text|turn|conversation)>"
     r"|\[(?:rest|end)[-\s]of[-\s](?:document|session|context)\]"
 )
-_MARKUP_CHARS: Final = "<[#:"
+_MARKUP_CHARS: Final = "<[#"
+# A line that opens a chat turn: "System: ...", "User: ...", "> Assistant: ...".
+_ROLE_TURN: Final = re.compile(r"^[ \t>*-]*(?:system|assistant|user|human)\s*:", re.MULTILINE)
+_ROLE_WORDS: Final = frozenset(word.encode() for word in ("system", "assistant", "user", "human"))
 
 # A run of base64 or hex long enough to hide a sentence.  It is refused only when it decodes to
 # text (printable ASCII with a space): hashes, keys and binary fixtures decode to noise and pass.
@@ -457,10 +465,11 @@ def imperative_reason(text: str) -> str | None:
         reason = _phrase_reason(lowered, _ANCHORS.intersection(words))
         if reason is not None:
             return reason
-    if any(mark in lowered for mark in _MARKUP_CHARS):
-        found = _MARKUP.search(lowered)
-        if found is not None:
-            return f"contains the role markup {found.group().strip()!r}"
+    found = _MARKUP.search(lowered) if any(mark in lowered for mark in _MARKUP_CHARS) else None
+    if found is None and ":" in lowered and not _ROLE_WORDS.isdisjoint(words):
+        found = _ROLE_TURN.search(lowered)
+    if found is not None:
+        return f"contains the role markup {found.group().strip()!r}"
     if any(len(word) >= _MIN_ENCODED_WORD for word in words):
         reason = _encoded_reason(folded)
         if reason is not None:
@@ -491,10 +500,13 @@ def _encoded_reason(folded: str) -> str | None:
         decoded: bytes | None = None
         if len(run) % 2 == 0 and _HEX_DIGITS.issuperset(run):
             decoded = bytes.fromhex(run)
-        else:
+        elif not (run.islower() or run.isupper()):
+            # base64 of a sentence mixes cases; a lower-case identifier or an upper-case constant
+            # is not worth decoding.
             body = run.rstrip("=")
             try:
-                decoded = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_" if "-" in body or "_" in body else None)
+                altchars = b"-_" if "-" in body or "_" in body else None
+                decoded = base64.b64decode(body + "=" * (-len(body) % 4), altchars=altchars)
             except (binascii.Error, ValueError):
                 decoded = None
         if decoded is not None and _reads_as_text(decoded):
