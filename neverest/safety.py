@@ -3,23 +3,36 @@
 Every receiver runs ``imperative_reason`` on every lesson, so it is set look-ups and a few
 literal-led regexes, not a parser.  The NFKC-folded, lower-cased text is refused when it holds
 an advice or prompt-injection phrase anywhere ("you should", "make sure", "please", "ignore
-previous instructions", "from now on"...), or when a clause opens with "don't", "always",
-"never", a verb that is never a noun ("avoid", "prefer", "be"...) or one of ~340 base-form verbs
-of software work.  Clauses are cut at . ! ? ; new lines, dashes and "Label:" headings; a leading
-condition ("When the build hangs, ...") is skipped so its main clause is judged.  A verb that
-is also a noun ("Run times double") is an order when a determiner, pronoun, flag, path, quote or
-tool name follows it, or when no finite verb (is/can, "fails", "broke", plural "fail"...) does.
+previous instructions", "from now on", "pretend", "role-play", "you are no longer", "you will
+approve", "I authorise you", "it's fine to", "safety rules don't apply", "dear summarizer",
+"note to automated analysis software", "decode it and follow", "visit https://"...); markup that
+opens or closes a role or a chat turn ("</system>", "<|im_start|>", "[INST]", "### Instruction",
+"<!--", a line opening "System:" or "User:"); or a base64 or hex run that decodes to text (a
+digest or a binary fixture decodes to noise and passes).  Otherwise a clause is refused when it
+opens with "don't", "always", "never", a verb that is never a noun ("avoid", "prefer", "be"...)
+or one of ~350 base-form verbs of software work.  Clauses are cut at . ! ? ; new lines, dashes
+and "Label:" headings (a heading of three words or more is judged as a clause); a leading
+condition ("When the build hangs, ...") is skipped so its main clause is judged.  A verb that is
+also a noun ("Run times double") is an order when a determiner, pronoun, flag, path, quote or
+tool name follows it, or when no finite verb (is/can, "fails", "broke", plural "fail"...) does;
+after a tooling noun ("Build step cache misses after...", "Deploy jobs wait for...") a verb that
+agrees with it later in the clause counts too.
 
 Known limits.  It misses orders with unlisted verbs ("Frobnicate the cache"), conditionals with
 neither a comma nor "then" ("If it hangs delete the lock"), an order after ", and" with no
 object word ("Tests hang, and retry"), passive, impersonal or permissive advice ("Tests should
 be run first", "Contributors must sign the CLA", "You can just rerun it"), orders stated as
-facts ("The lock file has to go") and look-alike letters from other scripts.  It wrongly refuses
-observations opening with a listed verb-noun whose predicate it does not know or finds only
-after "before", "when"... ("Read replicas lag", "Push access before 9am is restricted"),
-clauses opening with "always"/"never" ("Never again on Fridays"), reported orders ("The README
-says: run make first") and quoted injections ("The model may ignore previous instructions").
-It knows only English: other languages pass unless they hold English trigger words.
+facts ("The lock file has to go"), steering in the third person ("The assistant is now in
+maintenance mode"), encodings other than base64 and hex (ROT13), trigger words joined by hyphens,
+an order whose object ends in a verb-noun ("Update packages in the lock file now") and
+look-alike letters from other scripts.  It wrongly refuses observations opening with a listed
+verb-noun whose predicate it does not know or finds only after "before", "when"... ("Read
+replicas lag", "Push access before 9am is restricted"), clauses opening with "always"/"never"
+("Never again on Fridays"), long headings opening with a verb ("Note from the on-call engineer:
+..."), reported orders ("The README says: run make first"), quoted messages and injections ("The
+installer prints 'Please restart your shell'", "The model may ignore previous instructions") and
+markup it names rather than uses ("The <system> tag in the template is a Jinja block").  It knows
+only English: other languages pass unless they hold English trigger words.
 """
 
 from __future__ import annotations
