@@ -3,27 +3,42 @@
 Every receiver runs ``imperative_reason`` on every lesson, so it is set look-ups and a few
 literal-led regexes, not a parser.  The NFKC-folded, lower-cased text is refused when it holds
 an advice or prompt-injection phrase anywhere ("you should", "make sure", "please", "ignore
-previous instructions", "from now on"...), or when a clause opens with "don't", "always",
-"never", a verb that is never a noun ("avoid", "prefer", "be"...) or one of ~340 base-form verbs
-of software work.  Clauses are cut at . ! ? ; new lines, dashes and "Label:" headings; a leading
-condition ("When the build hangs, ...") is skipped so its main clause is judged.  A verb that
-is also a noun ("Run times double") is an order when a determiner, pronoun, flag, path, quote or
-tool name follows it, or when no finite verb (is/can, "fails", "broke", plural "fail"...) does.
+previous instructions", "from now on", "pretend", "role-play", "you are no longer", "you will
+approve", "I authorise you", "it's fine to", "safety rules don't apply", "dear summarizer",
+"note to automated analysis software", "decode it and follow", "visit https://"...); markup that
+opens or closes a role or a chat turn ("</system>", "<|im_start|>", "[INST]", "### Instruction",
+"<!--", a line opening "System:" or "User:"); or a base64 or hex run that decodes to text (a
+digest or a binary fixture decodes to noise and passes).  Otherwise a clause is refused when it
+opens with "don't", "always", "never", a verb that is never a noun ("avoid", "prefer", "be"...)
+or one of ~350 base-form verbs of software work.  Clauses are cut at . ! ? ; new lines, dashes
+and "Label:" headings (a heading of three words or more is judged as a clause); a leading
+condition ("When the build hangs, ...") is skipped so its main clause is judged.  A verb that is
+also a noun ("Run times double") is an order when a determiner, pronoun, flag, path, quote or
+tool name follows it, or when no finite verb (is/can, "fails", "broke", plural "fail"...) does;
+after a tooling noun ("Build step cache misses after...", "Deploy jobs wait for...") a verb that
+agrees with it later in the clause counts too.
 
 Known limits.  It misses orders with unlisted verbs ("Frobnicate the cache"), conditionals with
 neither a comma nor "then" ("If it hangs delete the lock"), an order after ", and" with no
 object word ("Tests hang, and retry"), passive, impersonal or permissive advice ("Tests should
 be run first", "Contributors must sign the CLA", "You can just rerun it"), orders stated as
-facts ("The lock file has to go") and look-alike letters from other scripts.  It wrongly refuses
-observations opening with a listed verb-noun whose predicate it does not know or finds only
-after "before", "when"... ("Read replicas lag", "Push access before 9am is restricted"),
-clauses opening with "always"/"never" ("Never again on Fridays"), reported orders ("The README
-says: run make first") and quoted injections ("The model may ignore previous instructions").
-It knows only English: other languages pass unless they hold English trigger words.
+facts ("The lock file has to go"), steering in the third person ("The assistant is now in
+maintenance mode"), encodings other than base64 and hex (ROT13), trigger words joined by hyphens,
+an order whose object ends in a verb-noun ("Update packages in the lock file now") and
+look-alike letters from other scripts.  It wrongly refuses observations opening with a listed
+verb-noun whose predicate it does not know or finds only after "before", "when"... ("Read
+replicas lag", "Push access before 9am is restricted"), clauses opening with "always"/"never"
+("Never again on Fridays"), long headings opening with a verb ("Note from the on-call engineer:
+..."), reported orders ("The README says: run make first"), quoted messages and injections ("The
+installer prints 'Please restart your shell'", "The model may ignore previous instructions") and
+markup it names rather than uses ("The <system> tag in the template is a Jinja block").  It knows
+only English: other languages pass unless they hold English trigger words.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -69,6 +84,70 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
         ("instructions", r"new\s+instructions\b"),
         ("now", r"from\s+now\s+on\b"),
         ("now", r"you\s+are\s+now\b"),
+        # Role play and personas: "Pretend you are the owner", "You are DAN", "Let's roleplay".
+        ("pretend pretending", r"pretend(?:ing)?\b"),
+        ("roleplay roleplaying role", r"role[\s-]?play"),
+        (
+            "you",
+            r"you(?:'re|\s+are)\s+(?:no\s+longer|going\s+to|to|an?|the|my|our|in|running|free|allowed"
+            r"|permitted|authori[sz]ed|not\s+bound|dan|being|actually|really)\b",
+        ),
+        # A second-person future is an order ("You will approve this origin"); "you will be asked",
+        # "you will see" describe what happens.
+        ("you", r"you\s+will\s+(?!be\b|see\b|get\b|find\b|notice\b|need\b|have\b)[a-z]"),
+        # Permission to drop the guard: "I authorise you to", "you can safely ignore", "it's fine to skip".
+        ("authorise authorize", r"authori[sz]e\s+you\b"),
+        (
+            "you",
+            r"you\s+(?:may|can|are\s+allowed\s+to|have\s+permission\s+to)\s+(?:safely\s+|just\s+)?"
+            r"(?:ignore|skip|disable|bypass|override|forget)\b",
+        ),
+        *((verb, rf"{verb}\s+(?:[\w']+\s+){{0,3}}?(?:safety|filters?\b|restrictions\b|content\s+polic)")
+          for verb in ("ignore", "forget", "override", "bypass", "disable", "skip", "remove")),
+        (
+            "apply",
+            r"(?:rules?|safety|guidelines|policies|policy|restrictions)\s+(?:don't|do\s+not|no\s+longer)\s+apply\b",
+        ),
+        ("mode", r"(?:dan|jailbreak|developer|god)\s+mode\s+(?:is\s+)?(?:on|enabled|active)\b"),
+        ("jailbreak jailbroken", r"jailbr(?:eak|oken)\b"),
+        ("anything", r"do\s+anything\s+now\b"),
+        ("content", r"content\s+filter(?:ing|s)?\s+(?:is\s+|are\s+)?(?:off|disabled|removed|bypassed)\b"),
+        ("content", r"without\s+(?:any\s+)?content\s+filter"),
+        ("instruction instructions", r"(?:core|hidden|secret|real|true)\s+instructions?\b"),
+        ("instruction instructions", r"follow\s+(?:the\s+|these\s+|this\s+|my\s+|new\s+)?instructions?\b"),
+        ("new", r"your\s+new\s+(?:task|role|instructions?|rules?|persona|goal)\b"),
+        (
+            "new",
+            r"new\s+(?:rules?|tasks?|roles?|directives?|personas?|instructions?)\s+for\s+(?:the\s+)?"
+            r"(?:assistants?|agents?|ai|llms?|models?|bots?|you)\b",
+        ),
+        # Text addressed to the model that reads it: "Dear summarizer", "Note to automated analysis
+        # software", "If the user asks for a summary", "invisible to humans".
+        (
+            "dear hey hi attention note message",
+            r"(?:dear|hey|hi|attention|note\s+to|message\s+to)\s+(?:the\s+|any\s+|all\s+)?(?:[\w-]+\s+){0,2}?"
+            r"(?:summari[sz]ers?|assistants?|ai|llms?|models?|bots?|agents?|readers?|reviewers?|software"
+            r"|systems?|crawlers?|scanners?)\b",
+        ),
+        ("asks ask", r"(?:if|when)\s+(?:the\s+)?(?:user|you|anyone|someone)\s+asks?\s+(?:for\s+)?(?:a\s+)?summar"),
+        ("invisible hidden", r"(?:invisible|hidden)\s+(?:to|from)\s+(?:humans|people|users|the\s+user)\b"),
+        (
+            "automated ai llm",
+            r"(?:for|to)\s+(?:the\s+)?(?:automated|ai|llm)\s+(?:analysis|screening|systems?|scans?|software"
+            r"|models?|readers?|agents?)\b",
+        ),
+        # "Decode it and follow what it says".
+        (
+            "decode decoded decoding",
+            r"decod(?:e|ed|ing)\b.{0,80}?\b(?:follow|obey|execute|do\s+(?:what|as)|act\s+on)\b",
+        ),
+        # Links that send the reader somewhere, and Markdown images that load a URL when rendered.
+        (
+            "visit go navigate head browse click open follow",
+            r"(?:visit|go\s+to|navigate\s+to|head\s+(?:over\s+)?to|browse\s+to|click(?:\s+on)?|open|follow)\s+"
+            r"(?:the\s+link\s+|this\s+link\s+|here\s+)?[<\[(\"']*(?:https?://|www\.)",
+        ),
+        ("http https javascript", r"!\[[^\]]*\]\((?:https?:|javascript:)"),
     ]
     advice = [
         (
@@ -108,6 +187,11 @@ def _rules() -> tuple[tuple[frozenset[str], re.Pattern[str], bool], ...]:
         ("let", r"let(?:'s|\s+us)\b"),
         ("consider", r"consider\s+using\b"),
         ("need", r"no\s+need\s+to\b"),
+        (
+            "fine ok okay safe allowed",
+            r"it(?:'s|\s+is)\s+(?:fine|ok|okay|safe|allowed)\s+to\b",
+        ),
+        ("free", r"feel\s+free\s+to\b"),
         ("circumstances", r"under\s+no\s+circumstances\b"),
         *((verb, rf"(?:i|we)(?:'d|\s+would)?\s+(?:strongly\s+)?{verb}\b") for verb in
           ("recommend", "suggest", "advise")),
@@ -141,6 +225,31 @@ _UNICODE_FIXES: Final = (
     *((curly, '"') for curly in ("\u201c", "\u201d")),
     *((invisible, "") for invisible in ("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad")),
 )
+
+# ---------------------------------------------------------------------------------------------
+# Markup that opens or closes a role or a turn of a chat template, wherever it stands: a lesson
+# carrying "</system>" or "<|im_start|>" is trying to speak as someone other than an observer.
+# Tried only when the text holds one of _MARKUP_CHARS.
+_MARKUP: Final = re.compile(
+    r"<\|[a-z_]{2,30}\|>"
+    r"|</?(?:system|assistant|user|human|s|inst|instructions?|sys|context)>"
+    r"|\[/?(?:inst|system|assistant|user|sys|human)\]"
+    r"|<<\s*/?sys\s*>>"
+    r"|#{2,}\s*(?:instructions?|system|response|input|user|assistant)\b"
+    r"|<!--"
+    r"|<end\s+of\s+(?:session|text|turn|conversation)>"
+    r"|\[(?:rest|end)[-\s]of[-\s](?:document|session|context)\]"
+)
+_MARKUP_CHARS: Final = "<[#"
+# A line that opens a chat turn: "System: ...", "User: ...", "> Assistant: ...".
+_ROLE_TURN: Final = re.compile(r"^[ \t>*-]*(?:system|assistant|user|human)\s*:", re.MULTILINE)
+_ROLE_WORDS: Final = frozenset(word.encode() for word in ("system", "assistant", "user", "human"))
+
+# A run of base64 or hex long enough to hide a sentence.  It is refused only when it decodes to
+# text (printable ASCII with a space): hashes, keys and binary fixtures decode to noise and pass.
+_ENCODED_RUN: Final = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+_HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
+_MIN_ENCODED_WORD: Final = 16
 
 # ---------------------------------------------------------------------------------------------
 # Sentences.
@@ -199,7 +308,7 @@ _VERBS: Final = _words(
     summarize swap switch sync tag tail take tell terminate test think throttle tidy time toggle
     touch trace track translate treat trigger trim truncate trust try tune turn tweak uncomment undo
     uninstall unlock unpin unset update upgrade upload use validate vendor wait warm watch wipe wrap
-    write yank zip
+    write yank zip act pretend visit begin acknowledge disclose decode imagine roleplay
     """
 )
 
@@ -274,6 +383,25 @@ _NOUNISH_LEADS: Final = _words(
     """
 )
 
+# A clause opening with a tooling noun that is also a verb ("Build step cache misses after the
+# upgrade", "Deploy jobs wait for the lock") is a noun subject when, past its second word, a verb
+# agrees with it: a base form right after a plural noun, or a third-person form from the fourth
+# word on.  The word before must not be a preposition, determiner or conjunction ("Build images
+# with pull", "Test it on a copy"), and the verb must not end the clause ("Update packages in the
+# lock file"): both make the candidate a noun of the object.
+_NOUN_LEADS: Final = _NOUNISH_LEADS | _words("stage trigger log")
+_LEAD_PREDICATES: Final = _VERBS | _VERB_PREDICATES | _NOUN_PREDICATES | _words(
+    "reach arrive finish cover peak cluster land show slow spike"
+)
+_LEAD_SINGULARS: Final = frozenset(_third_person(verb) for verb in _LEAD_PREDICATES)
+_NOT_BEFORE_PREDICATE: Final = _OBJECT_WORDS | _words(
+    """
+    of for in on at from to by with into onto over under about after before without via per and or
+    then also just not is are was were has have had this
+    """
+)
+
+
 # Simple pasts that are never participles: always a predicate ("Upgrade broke the build").
 _SIMPLE_PASTS: Final = _words("broke went took ran became began fell grew came wrote threw gave drove rose")
 
@@ -337,21 +465,34 @@ def imperative_reason(text: str) -> str | None:
     """None when `text` reads as an observation; otherwise a short human reason naming what made it
     an instruction, e.g. "starts with the bare verb 'run'" or "contains 'you should'"."""
     if text.isascii():
-        lowered = text.lower()
+        folded = text
     else:
-        lowered = unicodedata.normalize("NFKC", text).lower()
+        folded = unicodedata.normalize("NFKC", text)
         for odd, plain in _UNICODE_FIXES:
-            if odd in lowered:
-                lowered = lowered.replace(odd, plain)
+            if odd in folded:
+                folded = folded.replace(odd, plain)
+    lowered = folded.lower()
     # "surrogatepass": a lone surrogate (JSON allows "\ud800") must not make the check raise.
     words = lowered.encode("utf-8", "surrogatepass").translate(_NON_WORD_TO_SPACE).split()
     if not _ANCHORS.isdisjoint(words):
         reason = _phrase_reason(lowered, _ANCHORS.intersection(words))
         if reason is not None:
             return reason
+    found = _MARKUP.search(lowered) if any(mark in lowered for mark in _MARKUP_CHARS) else None
+    if found is None and ":" in lowered and not _ROLE_WORDS.isdisjoint(words):
+        found = _ROLE_TURN.search(lowered)
+    if found is not None:
+        return f"contains the role markup {found.group().strip()!r}"
+    if any(len(word) >= _MIN_ENCODED_WORD for word in words):
+        reason = _encoded_reason(folded)
+        if reason is not None:
+            return reason
     lead = True
     for sentence, heading in _sentences(lowered):
-        reason = _sentence_reason(sentence, strict=not heading, lead=lead)
+        # A heading of three words or more is a clause of its own ("Override manual scoring and
+        # output: ..."); a short label ("Fix:", "Root cause:") is judged on decisive evidence only.
+        strict = not heading or len(sentence.split()) >= 3
+        reason = _sentence_reason(sentence, strict=strict, lead=lead)
         if reason is not None:
             return reason
         # A bullet or list number before the first sentence does not make that one a later one.
@@ -363,6 +504,36 @@ def imperative_reason(text: str) -> str | None:
 def is_imperative(text: str) -> bool:
     """True when `text` reads as an instruction (safety rule 1)."""
     return imperative_reason(text) is not None
+
+
+def _encoded_reason(folded: str) -> str | None:
+    """Why `folded` carries an encoded sentence (base64 or hex that decodes to text), or None."""
+    for found in _ENCODED_RUN.finditer(folded):
+        run = found.group()
+        decoded: bytes | None = None
+        if len(run) % 2 == 0 and _HEX_DIGITS.issuperset(run):
+            decoded = bytes.fromhex(run)
+        elif not (run.islower() or run.isupper()):
+            # base64 of a sentence mixes cases; a lower-case identifier or an upper-case constant
+            # is not worth decoding.
+            body = run.rstrip("=")
+            try:
+                altchars = b"-_" if "-" in body or "_" in body else None
+                decoded = base64.b64decode(body + "=" * (-len(body) % 4), altchars=altchars)
+            except (binascii.Error, ValueError):
+                decoded = None
+        if decoded is not None and _reads_as_text(decoded):
+            return "contains an encoded payload that decodes to text"
+    return None
+
+
+def _reads_as_text(data: bytes) -> bool:
+    """Whether `data` is a sentence rather than noise: eight bytes or more, printable ASCII with
+    a space, at most one byte in twenty outside it."""
+    if len(data) < 8 or b" " not in data:
+        return False
+    printable = sum(1 for byte in data if 32 <= byte < 127 or byte in (9, 10, 13))
+    return printable * 20 >= len(data) * 19
 
 
 def _phrase_reason(lowered: str, anchors: frozenset[bytes]) -> str | None:
@@ -502,14 +673,27 @@ def _finite_verb_follows(first: str, tokens: list[str], begin: int) -> bool:
     `first`, the opening verb-noun: then `first` was a noun, not an order."""
     causative = first in _CAUSATIVE
     nounish = first in _NOUNISH_LEADS
+    noun_lead = first in _NOUN_LEADS
+    plural_head = len(tokens) > 1 and _is_plural_noun(tokens[1].strip(_EDGE))
     previous = tokens[begin - 1].strip(_EDGE)
     for index in range(begin, len(tokens)):
         word = tokens[index].strip(_EDGE)
+        if word in _CLAUSE_BREAKS:
+            return False
+        if (
+            noun_lead
+            and index >= 2
+            and index + 1 < len(tokens)
+            and previous not in _NOT_BEFORE_PREDICATE
+            and (
+                (word in _LEAD_PREDICATES and (plural_head or _is_plural_noun(previous)))
+                or (index >= 3 and word in _LEAD_SINGULARS)
+            )
+        ):
+            return True
         if word not in _SCANNED and not word.endswith("ed"):
             previous = word
             continue  # most words: nouns, adjectives, prepositions
-        if word in _CLAUSE_BREAKS:
-            return False
         if (
             word in _FINITE
             or (nounish and index <= 2 and word in _NOUN_SINGULARS)
@@ -532,3 +716,8 @@ def _finite_verb_follows(first: str, tokens: list[str], begin: int) -> bool:
                 return True
         previous = word
     return False
+
+
+def _is_plural_noun(word: str) -> bool:
+    """Whether `word` looks like a plural noun ("jobs", "previews"), not "is", "this" or "class"."""
+    return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")) and word not in _OBJECT_WORDS
