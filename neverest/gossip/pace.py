@@ -7,9 +7,10 @@ learning nothing.  Gossip systems that scale keep rumours fast and anti-entropy 
 et al.'s "epidemic algorithms"; memberlist sends nothing on a gossip tick that has nothing to
 broadcast and runs its full-state push-pull only every 30 s).  The rule here is that shape:
 
-- a round is *quiet* when the set this memory holds (the range index's root fingerprint) is
-  the one it held after the previous round, and every exchange of the round that completed
-  was in sync and moved no record.  Failed exchanges say nothing either way;
+- a round is *quiet* when the set this memory holds (the range index's root fingerprint) and
+  the number of peers it can pick from are what they were after the previous round, and every
+  exchange of the round that completed was in sync and moved no record.  Failed exchanges say
+  nothing either way;
 - after ``WARM_ROUNDS`` quiet rounds in a row the wait doubles each quiet round, from
   ``every_s`` up to ``quiet_every_s`` (never below ``every_s``: a long period stays as the
   owner set it);
@@ -48,7 +49,8 @@ class Pace:
     _root: bytes | None = field(default=None, repr=False)
 
     def after_round(self, root: bytes, outcomes: Iterable[Outcome]) -> float:
-        """Record a round (``root``: the holdings' fingerprint after it); the wait before the next, in s."""
+        """Record a round (``root``: what it is compared by, e.g. the holdings' fingerprint after it);
+        the wait before the next, in s."""
         quiet = root == self._root and all(o.in_sync and not o.moved for o in outcomes if o.completed)
         self._root = root
         self.quiet_rounds = self.quiet_rounds + 1 if quiet else 0

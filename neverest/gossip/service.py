@@ -394,6 +394,8 @@ class Gossip:
         if learned is not None and result.peer is not None:
             self._log_learned(result.peer, learned)
 
+    healthy_peers: int = field(default=0, init=False)  # addresses the last round could pick from
+
     async def holdings_root(self) -> bytes:
         """The fingerprint of everything this memory holds (the range index's root): it moves when anything does."""
         return await self._with_store(lambda: self._view.index().root)
@@ -421,6 +423,7 @@ class Gossip:
             return [(url, None)]
         healthy = table.healthy(self._store.db, self.clock.now())
         healthy = [a for a in healthy if a.origin != self.identity.origin]
+        self.healthy_peers = len(healthy)  # pacing: a peer met or lost is news
         picked = self.rng.sample(healthy, min(fanout, len(healthy)))
         return [(a.url, a.origin) for a in picked]
 

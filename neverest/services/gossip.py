@@ -84,8 +84,11 @@ class GossipService:
             self.state.settle_soon()
         outcomes = [Outcome(completed=bool(r) and not r.get("error"), in_sync=bool(r.get("in_sync")),
                             moved=int(r.get("records_sent", 0)) + int(r.get("records_received", 0))) for r in results]
-        self.pace.after_round(await self.gossip.holdings_root(), outcomes)
-        if self.pace.quiet_rounds == 0:
+        # What pacing compares round to round: what is held, and how many peers there are to pick
+        # from (a peer added by hand, found by discovery or met inbound is news too).
+        state = await self.gossip.holdings_root() + self.gossip.healthy_peers.to_bytes(8, "big")
+        self.pace.after_round(state, outcomes)
+        if self.pace.quiet_rounds == 0 or only is not None:  # the owner asked for this peer: news
             self.wake()
         self.state.quiet_rounds = self.pace.quiet_rounds
         return results
