@@ -4,49 +4,31 @@ the first reaches the third through the second."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from neverest.control import ask, running
+from neverest.control import running
 from neverest.ctl import main as ctl
+from tests.daemons import listening, spawn, stop
 
 ERROR = ["--kind", "error", "--title", "pip install -e .", "--happened", "fails without --no-build-isolation"]
 
 
 @pytest.fixture
 def daemons(tmp_path: Path) -> Iterator[list[tuple[Path, str]]]:
-    procs, nodes = [], []
+    procs: list[subprocess.Popen[bytes]] = []
+    homes = [tmp_path / name for name in "ABC"]
     try:
-        for name in "ABC":
-            home = tmp_path / name
+        for home in homes:
             home.mkdir(mode=0o700)
             # Loopback only, no zeroconf: the peers here are the ones added by hand.
-            procs.append(subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home),
-                                           "--listen", "127.0.0.1:0", "--no-mdns"], stderr=subprocess.DEVNULL,
-                                          env=dict(os.environ, NEVEREST_NOW="2026-03-01T09:00:00Z")))
-        for name, proc in zip("ABC", procs, strict=True):
-            home = tmp_path / name
-            deadline = time.monotonic() + 60
-            while not running(home):
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.05)
-            nodes.append((home, "http://" + ask(home, {"op": "status"})["status"]["listen"][0].split("//")[-1]))
-        yield nodes
+            procs.append(spawn(home, "2026-03-01T09:00:00Z"))
+        yield [(home, listening(home, proc)) for home, proc in zip(homes, procs, strict=True)]
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(procs)
 
 
 def run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:

@@ -5,9 +5,7 @@ network at the full rate (gossip/pace.py)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from neverest.control import ask, running
+from neverest.control import ask
 from neverest.ctl import main as ctl
 from neverest.gossip.pace import WARM_ROUNDS
+from tests.daemons import listening, spawn, stop
 
 NOW = "2026-03-01T09:00:00Z"
 EVERY_S = 0.1
@@ -43,25 +42,11 @@ def line_of_three(tmp_path: Path) -> Iterator[list[Path]]:
             peers = f'peers = ["{urls[-1]}"]\n' if urls else ""
             (home / "config.toml").write_text(f"gossip_every_s = {EVERY_S}\ngossip_quiet_every_s = {QUIET_EVERY_S}\n"
                                               f"mdns = false\ningest_every_s = 0.0\n{peers}")
-            proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
-                                     "127.0.0.1:0", "--no-mdns"], stderr=subprocess.DEVNULL,
-                                    env=dict(os.environ, NEVEREST_NOW=NOW))
-            procs.append(proc)
-            deadline = time.monotonic() + 60
-            while not running(home):
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.05)
-            urls.append("http://" + status(home)["listen"][0].split("//")[-1])
+            procs.append(spawn(home, NOW))
+            urls.append(listening(home, procs[-1]))
         yield homes
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(procs)
 
 
 def run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:
