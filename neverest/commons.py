@@ -131,7 +131,7 @@ STATES: Final[frozenset[State]] = frozenset({CANDIDATE, COMMON, FADING, REMOVED,
 # The states a tombstone keeps: once computed, a lesson never leaves them.
 TERMINAL: Final[frozenset[State]] = frozenset({REMOVED, REVOKED})
 
-_KINDS: Final = frozenset({"lesson", "confirm", "revoke"})
+_KINDS: Final = frozenset({"lesson", "confirm", "revoke", "refute"})
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class Fact:
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
-            raise ValueError(f"kind {self.kind!r} is not one of lesson, confirm, revoke")
+            raise ValueError(f"kind {self.kind!r} is not one of lesson, confirm, revoke, refute")
         if self.at.tzinfo is None:
             raise ValueError("a fact's time must be timezone-aware")
 
@@ -223,8 +223,8 @@ def judge(
     supported: dict[str, datetime] = {}  # origin -> its earliest lesson or confirmation
     revokers: set[str] = set()
     for fact in facts:
-        if fact.at > horizon:
-            continue
+        if fact.at > horizon or fact.kind == "refute":
+            continue  # a refutation informs trust (``earned``); it never moves a state by itself
         if fact.kind == "revoke":
             revokers.add(fact.origin)
             continue

@@ -1,10 +1,11 @@
 """Wire records v1: build, sign, serialise, parse and verify.
 
-Three record types travel between memories (PROTOCOL.md §2):
+Four record types travel between memories (PROTOCOL.md §2):
 
 - a lesson:       v, hash, origin, key, kind, text, seen, strength, updated, sig
 - a confirmation: v, confirm, origin, key, at, sig
 - a revocation:   v, revoke, origin, key, at, sig
+- a refutation:   v, refute, origin, key, at, sig   (a v1 extension, PROTOCOL.md §2.4)
 
 plus the optional extension field ``seq`` (a per-origin counter) and any
 unknown fields, which readers keep and the signature still covers.
@@ -51,7 +52,7 @@ WIRE_VERSION: Final = 1
 MAX_RECORD_BYTES: Final = 16 * 1024
 KINDS: Final = ("error", "correction", "surprise")
 
-RecordType = Literal["lesson", "confirm", "revoke"]
+RecordType = Literal["lesson", "confirm", "revoke", "refute"]
 T_Tag = TypeVar("T_Tag")
 
 # The closed set of refusal codes.  Programs rely on these strings: add, never rename.
@@ -64,7 +65,7 @@ REASONS: Final = frozenset(
         "not-object",  # valid JSON, but not an object
         "duplicate-key",  # an object with the same key twice
         "bad-version",  # v missing or not 1
-        "bad-type",  # not exactly one of lesson, confirmation, revocation
+        "bad-type",  # not exactly one of lesson, confirmation, revocation, refutation
         "bad-field",  # a field missing or of the wrong type or shape
         "bad-kind",  # lesson kind outside error/correction/surprise
         "hash-mismatch",  # hash is not blake2b-128(kind + norm(text))
@@ -75,7 +76,10 @@ REASONS: Final = frozenset(
 )
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)")
-_TYPE_FIELDS: Final = {"hash": "lesson", "confirm": "confirm", "revoke": "revoke"}
+_TYPE_FIELDS: Final[dict[str, RecordType]] = {
+    "hash": "lesson", "confirm": "confirm", "revoke": "revoke", "refute": "refute"}
+# The field that names a record's lesson, by type.
+TARGET_FIELD: Final[dict[str, str]] = {"lesson": "hash", "confirm": "confirm", "revoke": "revoke", "refute": "refute"}
 
 
 class RecordError(ValueError):
@@ -207,6 +211,14 @@ def sign_revoke(
     return _sign_about(signing_key, "revoke", target, at, seq)
 
 
+def sign_refute(
+    signing_key: nacl.signing.SigningKey, target: str, *, at: str, seq: int | None = None
+) -> Record:
+    """Sign a refutation: this memory's own sessions met the situation of lesson ``target`` and it
+    did not hold.  Only the verify pass signs one (PROTOCOL.md §2.4); it revokes nothing by itself."""
+    return _sign_about(signing_key, "refute", target, at, seq)
+
+
 # -- parsing and verifying -----------------------------------------------------------
 
 
@@ -290,20 +302,10 @@ def _positive_int(value: Any) -> bool:
 
 
 def _record_type(obj: Mapping[str, Any]) -> RecordType:
-    rtype: RecordType
-    if "hash" in obj:
-        rtype = "lesson"
-        clash = "confirm" in obj or "revoke" in obj
-    elif "confirm" in obj:
-        rtype = "confirm"
-        clash = "revoke" in obj
-    elif "revoke" in obj:
-        rtype, clash = "revoke", False
-    else:
-        clash = True
-    if clash:
-        raise RecordError("bad-type", "a record must be exactly one of lesson (hash), confirm or revoke")
-    return rtype
+    present = [rtype for name, rtype in _TYPE_FIELDS.items() if name in obj]
+    if len(present) != 1:
+        raise RecordError("bad-type", "a record must be exactly one of lesson (hash), confirm, revoke or refute")
+    return present[0]
 
 
 def _check_fields(obj: Mapping[str, Any], rtype: RecordType) -> str:
@@ -490,7 +492,7 @@ def claimed(line: bytes | str) -> tuple[RecordType | None, str | None, str | Non
         rtype: RecordType | None = _record_type(obj)
     except RecordError:
         rtype = None
-    field = {"lesson": "hash", "confirm": "confirm", "revoke": "revoke"}.get(rtype or "")
+    field = TARGET_FIELD.get(rtype or "")
     target = obj.get(field) if field else None
     origin = obj.get("origin")
     return (
