@@ -112,11 +112,15 @@ drops as records are added.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from neverest.records import Record, RecordType
 
@@ -326,3 +330,184 @@ def vouched(verified: Mapping[str, int], refuted: Mapping[str, int], *, resolved
                 and refuted.get(origin, 0) == 0)
 
     return counts
+
+
+# -- the trust policy "earned" -----------------------------------------------------------
+#
+# Trust earned from verified history and passed along, after EigenTrust (Kamvar, Schlosser and
+# Garcia-Molina, 2003), with this memory as the one pre-trusted peer.
+#
+# Evidence.  Every record about a lesson is a *claim* by its origin: a lesson or a confirmation
+# says "it holds" (my sessions bore it out), a refutation "it does not" (my sessions met its
+# situation and it did not hold).  Each origin has one claim per lesson, its earliest (a
+# publication wins over a refutation by the same origin: a publisher cannot refute its own
+# lesson).  Between two origins i and j that claimed the same lesson:
+#
+# - *credit* i -> j, one per lesson: j made the first claim (the earliest signed; ties all
+#   first) and i, later, claimed the same.  j said something before anyone else did, and i's own
+#   sessions bore it out.  Only the first claim earns credit: echoing what others said first
+#   (confirming every lesson as soon as it arrives) earns nothing, however many keys echo.
+# - *contradiction* i <-> j: they claimed the opposite.  One of them is wrong about what its
+#   sessions showed.
+#
+# Scores.  Each origin i spreads its trust over the origins it credits, in proportion to the
+# credit, but never to an origin it contradicted (local trust c_ij).  This memory's scores are
+# ``steps`` damped steps of EigenTrust from itself: t0 = e_own, t(k+1) = a e_own + (1 - a) C^T t(k),
+# where a = ``damping`` and the trust of an origin that credits nobody returns to this memory.
+# So trust is bounded (it travels at most ``steps`` hops, and each hop keeps only 1 - a of it)
+# and a key nobody credits has none, however many keys there are: Sybil keys that only confirm
+# each other earn nothing from this memory unless it, or an origin it trusts, credits them.
+#
+# Counting.  An origin counts when it is this memory, or it has trust, and it is not
+# *discredited*: this memory contradicted it first-hand, or the trust of the origins (this memory
+# excepted, and none discredited first-hand) that contradicted it exceeds its own trust.  A lie in
+# a lesson this memory never met is caught by whoever met it, and their trust is what weighs.
+# Transitions of one origin, as records arrive:
+#
+#     unknown      -> trusted       an origin with trust credits it (directly or through others)
+#     trusted      -> discredited   contradicted first-hand, or by more trust than it holds
+#     discredited  -> trusted       only if the contradiction weighs less again (its accusers
+#                                   lost trust); a first-hand contradiction is final
+#
+# What the rule cannot do, measured by ``python -m simulations sweep``: a lie about a situation
+# no honest memory meets is never contradicted, so an adversary that earned trust by echoing true
+# lessons can carry it; the quarantine of ``judge`` (``held_since``) buys the time for someone to
+# meet it.
+
+
+@dataclass(frozen=True)
+class TrustConfig:
+    """The parameters of ``earned``."""
+
+    damping: float = 0.15  # share of trust returned to this memory at every step (EigenTrust's a)
+    steps: int = 6  # how many hops trust travels from this memory
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.damping < 1.0:
+            raise ValueError("damping must be in (0, 1)")
+        if self.steps < 1:
+            raise ValueError("steps must be at least 1")
+
+
+class Evidence:
+    """Credit and contradictions between origins, from their claims; order-independent.
+
+    Built by ``add_lesson`` (the facts about one lesson, in batches, in any order): the result
+    depends only on the set of claims.  The daemon builds one from every record it holds; the
+    simulator adds each night's records to one it keeps.  ``credit[i, j]`` counts the lessons on
+    which j made the first claim that i's later claim bore out; ``contra[i, j]`` the lessons on
+    which i and j claimed the opposite.
+    """
+
+    def __init__(self, origins: Iterable[str] = ()) -> None:
+        self.origins: list[str] = []
+        self.index: dict[str, int] = {}
+        self.credit = np.zeros((0, 0), dtype=np.float32)
+        self.contra = np.zeros((0, 0), dtype=np.float32)
+        # lesson -> origin index -> (earliest support, earliest refutation, published), in seconds
+        self._seen: dict[str, dict[int, tuple[float, float, bool]]] = {}
+        for origin in origins:
+            self._id(origin)
+
+    def __len__(self) -> int:
+        return len(self.origins)
+
+    def _id(self, origin: str) -> int:
+        i = self.index.get(origin)
+        if i is None:
+            i = self.index[origin] = len(self.origins)
+            self.origins.append(origin)
+            if i >= self.credit.shape[0]:
+                size, n = max(64, 2 * self.credit.shape[0]), self.credit.shape[0]
+                credit = np.zeros((size, size), dtype=np.float32)
+                contra = np.zeros((size, size), dtype=np.float32)
+                credit[:n, :n], contra[:n, :n] = self.credit, self.contra
+                self.credit, self.contra = credit, contra
+        return i
+
+    def add_lesson(self, lesson: str, facts: Iterable[Fact]) -> None:
+        """The claims ``facts`` make about ``lesson`` (a revocation claims nothing)."""
+        seen = self._seen.setdefault(lesson, {})
+        before = dict(seen)
+        for fact in facts:
+            if fact.kind == "revoke":
+                continue  # a revocation withdraws a lesson; it says nothing of what sessions showed
+            i = self._id(fact.origin)
+            support, refute, published = seen.get(i, (math.inf, math.inf, False))
+            at = fact.at.timestamp()
+            if fact.kind == "refute":
+                refute = min(refute, at)
+            else:
+                support, published = min(support, at), published or fact.kind == "lesson"
+            seen[i] = (support, refute, published)
+        if seen != before:
+            self._count(before, -1.0)
+            self._count(seen, 1.0)
+
+    def _count(self, seen: Mapping[int, tuple[float, float, bool]], sign: float) -> None:
+        """Add (1) or take back (-1) one lesson's credit and contradictions."""
+        if not seen:
+            return
+        who = np.fromiter(seen.keys(), dtype=np.intp, count=len(seen))
+        support, refute, published = (np.array(column) for column in zip(*seen.values(), strict=True))
+        # One claim per origin: its earliest; a publisher never refutes its own lesson.
+        holds = published | (support <= refute)
+        at = np.where(holds, support, refute)
+        for side in (holds, ~holds):
+            if side.any():
+                first = at[side].min()
+                firsts, later = who[side & (at == first)], who[side & (at > first)]
+                self.credit[np.ix_(later, firsts)] += sign
+        pro, con = who[holds], who[~holds]
+        if len(pro) and len(con):
+            self.contra[np.ix_(pro, con)] += sign
+            self.contra[np.ix_(con, pro)] += sign
+
+    def matrices(self) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        n = len(self.origins)
+        return self.credit[:n, :n], self.contra[:n, :n]
+
+
+def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig()
+                    ) -> npt.NDArray[np.bool_]:
+    """For each root (column), which origins (rows) count under ``earned`` (module comment above)."""
+    credit, contra = evidence.matrices()
+    n, r = len(evidence), len(roots)
+    idx, cols = np.asarray(roots, dtype=np.intp), np.arange(len(roots))
+    # Trust can only ever sit on a root or on an origin somebody credits: compute on those alone.
+    active = np.union1d(np.flatnonzero(credit.any(axis=0)), idx)
+    where = np.full(n, -1, dtype=np.intp)
+    where[active] = np.arange(len(active))
+    local = np.where(contra[np.ix_(active, active)] > 0, np.float32(0.0), credit[np.ix_(active, active)])
+    out = local.sum(axis=1)
+    dangling = out <= 0
+    step = np.ascontiguousarray((local / np.where(dangling, np.float32(1.0), out)[:, None]).T)
+    pre = np.zeros((len(active), r), dtype=np.float32)
+    pre[where[idx], cols] = 1.0
+    t = pre.copy()
+    a = np.float32(config.damping)
+    for _ in range(config.steps):
+        returned = t[dangling].sum(axis=0)  # trust held by origins that credit nobody goes home
+        t = a * pre + (1 - a) * (step @ t + pre * returned)
+    # Discredited: contradicted by the root itself, or by more trust than the origin holds.
+    first_hand = (contra[np.ix_(idx, active)] > 0).T
+    weight = np.where(first_hand, np.float32(0.0), t)
+    weight[where[idx], cols] = 0.0
+    accused = (contra[np.ix_(active, active)] > 0).astype(np.float32).T @ weight
+    ok = (t > 0) & ~first_hand & ~(accused > t)
+    ok[where[idx], cols] = True
+    counted = np.zeros((n, r), dtype=bool)
+    counted[active] = ok
+    return counted
+
+
+def earned(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str, config: TrustConfig = TrustConfig(),
+           allowed: AbstractSet[str] = frozenset()) -> Callable[[str], bool]:
+    """The policy ``earned`` for the memory ``own``: which origins count, from every fact it holds
+    (its own tests among them, as facts signed by ``own``).  ``allowed`` origins always count."""
+    evidence = Evidence([own])
+    for lesson, facts in facts_by_lesson.items():
+        evidence.add_lesson(lesson, facts)
+    flags = counted_origins(evidence, [evidence.index[own]], config)[:, 0]
+    counted = {o for o, f in zip(evidence.origins, flags.tolist(), strict=True) if f} | set(allowed) | {own}
+    return counted.__contains__

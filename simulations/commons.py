@@ -48,17 +48,27 @@ import numpy as np
 import numpy.typing as npt
 
 from neverest.clock import iso
-from neverest.commons import COMMON, CommonsConfig, Fact, fact_of, judge, vouched
+from neverest.commons import (
+    COMMON,
+    CommonsConfig,
+    Evidence,
+    Fact,
+    TrustConfig,
+    counted_origins,
+    fact_of,
+    judge,
+    vouched,
+)
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.records import Record, RecordError, parse, sign_confirm, sign_lesson, sign_revoke
+from neverest.records import Record, RecordError, parse, sign_confirm, sign_lesson, sign_refute, sign_revoke
 from simulations import report
 from simulations.engine import EPOCH, Simulation, stream
 from simulations.world import KIND, Lesson, WorldOptions, lessons
 
-POLICIES = ("any", "peers", "vouched")
-LESSON, CONFIRM, REVOKE = 0, 1, 2
+POLICIES = ("any", "peers", "vouched", "earned")
+LESSON, CONFIRM, REVOKE, REFUTE = 0, 1, 2, 3
 
 
 @dataclass
@@ -97,7 +107,7 @@ class Ledger:
         try:
             record = parse(raw) if record is None else record
             fact: Fact | None = fact_of(record)
-            kind = {"lesson": LESSON, "confirm": CONFIRM, "revoke": REVOKE}[record.type]
+            kind = {"lesson": LESSON, "confirm": CONFIRM, "revoke": REVOKE, "refute": REFUTE}[record.type]
         except RecordError:
             fact, kind = None, CONFIRM
         self.by_digest[holdings.digest_of(raw)] = len(self.raw)
@@ -178,6 +188,8 @@ class World:
             record = sign_lesson(key, kind=KIND, text=le.text, seen=1, strength=1.0, updated=iso(when), seq=seq)
         elif kind == CONFIRM:
             record = sign_confirm(key, le.hash, at=iso(when), seq=seq)
+        elif kind == REFUTE:
+            record = sign_refute(key, le.hash, at=iso(when), seq=seq)
         else:
             record = sign_revoke(key, le.hash, at=iso(when), seq=seq)
         rec = self.ledger.add(record.raw, lesson, signer, record=record)
@@ -238,6 +250,11 @@ class Run:
         self.last_support: dict[int, datetime] = {}  # lesson -> newest support signed
         self._prepared: dict[int, tuple[npt.NDArray[np.bool_], list[npt.NDArray[np.intp]]]] = {}
         self.engine: Simulation | None = None
+        # The policy "earned": one Evidence for the run, fed the records every honest agent holds.
+        self.evidence = Evidence(self.w.origins)
+        self.trust_config = TrustConfig()
+        self._in_evidence = np.zeros(0, dtype=bool)
+        self._earned: npt.NDArray[np.bool_] | None = None
         if opts.exchange == "real":
             w = self.w
             self.engine = Simulation(opts.agents, seed=opts.seed, fanout=opts.world.fanout, config=opts.config,
@@ -266,8 +283,9 @@ class Run:
                         continue
                     le = w.lessons[lesson]
                     if not le.true:
-                        if lesson in holding:
+                        if lesson in holding and lesson not in agent.refuted:
                             agent.refuted.add(lesson)  # the prediction failed here
+                            w.sign(h, h, REFUTE, lesson, when)  # and the refutation travels
                         continue
                     agent.verified.add(lesson)
                     if lesson in agent.supported or lesson == self.revoked_lesson:
@@ -374,11 +392,39 @@ class Run:
 
     # -- judging --------------------------------------------------------------------------
 
+    def update_earned(self) -> None:
+        """The policy ``earned`` for every honest agent at once (``commons.counted_origins``).
+
+        Its evidence is the records that every honest agent holds (each holds at least those,
+        and its own): one Evidence serves them all, and the scores of all agents are one
+        matrix product per step.  A record reaches that evidence the night after every honest
+        agent holds it, which delays an agent's trust by at most that, never enlarges it."""
+        w = self.w
+        les, _, _, valid = w.arrays
+        n = len(les)
+        if len(self._in_evidence) < n:
+            self._in_evidence = np.concatenate([self._in_evidence, np.zeros(n - len(self._in_evidence), dtype=bool)])
+        everywhere = w.held[w.honest, :n].all(axis=0) & valid & ~self._in_evidence
+        new = np.flatnonzero(everywhere)
+        self._in_evidence[new] = True
+        by_lesson: dict[int, list[Fact]] = {}
+        for r in new.tolist():
+            fact = w.ledger.facts[r]
+            if fact is not None:
+                by_lesson.setdefault(int(les[r]), []).append(fact)
+        for lesson, facts in by_lesson.items():
+            self.evidence.add_lesson(w.lessons[lesson].hash, facts)
+        self._earned = counted_origins(self.evidence, w.honest, self.trust_config)
+        self._earned_column = {h: k for k, h in enumerate(w.honest)}
+
     def counted(self, h: int) -> npt.NDArray[np.bool_]:
         """Which origins agent h's policy counts, one flag per origin."""
         w, trust = self.w, self.opts.trust
         flags = np.zeros(len(w.origins), dtype=bool)
         flags[h] = True
+        if trust == "earned":
+            assert self._earned is not None, "update_earned first"
+            return self._earned[:, self._earned_column[h]].copy()
         if trust == "any":
             flags[:] = True
         elif trust == "peers":
@@ -410,12 +456,15 @@ class Run:
         n = len(w.ledger)
         cache: dict[tuple[Any, ...], str] = {}
         states: dict[int, dict[int, str]] = {}
-        quarantine = self.opts.config.vouch_quarantine_days if self.opts.trust == "vouched" else 0.0
+        quarantine = self.opts.config.vouch_quarantine_days if self.opts.trust in ("vouched", "earned") else 0.0
+        if self.opts.trust == "earned" and not frozen:
+            self.update_earned()
         for h in w.honest:
             prepared = self._prepared.get(h) if frozen else None
             if prepared is None:
                 flags = self.counted(h)
-                admitted = w.held[h, :n] & valid & ((kind != CONFIRM) | flags[origin])
+                admitted = w.held[h, :n] & valid & ((kind == LESSON) | (kind == REVOKE)
+                                                     | ((kind == CONFIRM) & flags[origin]))
                 idx = np.nonzero(admitted)[0]
                 idx = idx[np.argsort(les[idx], kind="stable")]
                 prepared = (flags, np.split(idx, np.flatnonzero(np.diff(les[idx])) + 1) if len(idx) else [])
