@@ -402,10 +402,13 @@ class Evidence:
     def __init__(self, origins: Iterable[str] = ()) -> None:
         self.origins: list[str] = []
         self.index: dict[str, int] = {}
-        self.credit = np.zeros((0, 0), dtype=np.float32)
-        self.contra = np.zeros((0, 0), dtype=np.float32)
-        # lesson -> origin index -> (earliest support, earliest refutation, published), in seconds
-        self._seen: dict[str, dict[int, tuple[float, float, bool]]] = {}
+        # Stored the way they are written, row by row: _credited[j, i] is credit[i, j]; a contradiction
+        # is written once, supporter by refuter (matrices() gives both).
+        self._credited = np.zeros((0, 0), dtype=np.float32)
+        self._against = np.zeros((0, 0), dtype=np.float32)
+        # lesson -> (origin indices, sorted; earliest support; earliest refutation, in seconds; published)
+        self._seen: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64],
+                                    npt.NDArray[np.bool_]]] = {}
         for origin in origins:
             self._id(origin)
 
@@ -417,39 +420,57 @@ class Evidence:
         if i is None:
             i = self.index[origin] = len(self.origins)
             self.origins.append(origin)
-            if i >= self.credit.shape[0]:
-                size, n = max(64, 2 * self.credit.shape[0]), self.credit.shape[0]
-                credit = np.zeros((size, size), dtype=np.float32)
-                contra = np.zeros((size, size), dtype=np.float32)
-                credit[:n, :n], contra[:n, :n] = self.credit, self.contra
-                self.credit, self.contra = credit, contra
+            if i >= self._credited.shape[0]:
+                size, n = max(64, 2 * self._credited.shape[0]), self._credited.shape[0]
+                credited = np.zeros((size, size), dtype=np.float32)
+                against = np.zeros((size, size), dtype=np.float32)
+                credited[:n, :n], against[:n, :n] = self._credited, self._against
+                self._credited, self._against = credited, against
         return i
 
     def add_lesson(self, lesson: str, facts: Iterable[Fact]) -> None:
         """The claims ``facts`` make about ``lesson`` (a revocation claims nothing)."""
-        seen = self._seen.setdefault(lesson, {})
-        before = dict(seen)
-        for fact in facts:
-            if fact.kind == "revoke":
-                continue  # a revocation withdraws a lesson; it says nothing of what sessions showed
-            i = self._id(fact.origin)
-            support, refute, published = seen.get(i, (math.inf, math.inf, False))
-            at = fact.at.timestamp()
-            if fact.kind == "refute":
-                refute = min(refute, at)
-            else:
-                support, published = min(support, at), published or fact.kind == "lesson"
-            seen[i] = (support, refute, published)
-        if seen != before:
-            self._count(before, -1.0)
-            self._count(seen, 1.0)
+        claims = [(self._id(f.origin), f.kind, f.at.timestamp()) for f in facts if f.kind != "revoke"]
+        if claims:
+            self.add_claims(lesson, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims])
 
-    def _count(self, seen: Mapping[int, tuple[float, float, bool]], sign: float) -> None:
+    def add_claims(self, lesson: str, who: Sequence[int], kinds: Sequence[str], at: Sequence[float]) -> None:
+        """``add_lesson`` for callers that hold origin indices and signed times in seconds already."""
+        old = self._seen.get(lesson)
+        if old is None:
+            members = np.zeros(0, dtype=np.intp)
+            support = refute = np.zeros(0)
+            published = np.zeros(0, dtype=bool)
+        else:
+            members, support, refute, published = old
+        new = np.setdiff1d(np.asarray(who, dtype=np.intp), members)
+        if len(new):
+            members = np.concatenate([members, new])
+            support = np.concatenate([support, np.full(len(new), math.inf)])
+            refute = np.concatenate([refute, np.full(len(new), math.inf)])
+            published = np.concatenate([published, np.zeros(len(new), dtype=bool)])
+            order = np.argsort(members, kind="stable")
+            members, support, refute, published = members[order], support[order], refute[order], published[order]
+        else:
+            support, refute, published = support.copy(), refute.copy(), published.copy()
+        pos = np.searchsorted(members, np.asarray(who, dtype=np.intp))
+        kind = np.asarray(kinds)
+        times = np.asarray(at, dtype=np.float64)
+        is_refute = kind == "refute"
+        np.minimum.at(refute, pos[is_refute], times[is_refute])
+        np.minimum.at(support, pos[~is_refute], times[~is_refute])
+        published[pos[kind == "lesson"]] = True
+        if old is not None:
+            if (len(new) == 0 and np.array_equal(support, old[1]) and np.array_equal(refute, old[2])
+                    and np.array_equal(published, old[3])):
+                return
+            self._count(*old, sign=-1.0)
+        self._seen[lesson] = (members, support, refute, published)
+        self._count(members, support, refute, published, sign=1.0)
+
+    def _count(self, who: npt.NDArray[np.intp], support: npt.NDArray[np.float64], refute: npt.NDArray[np.float64],
+               published: npt.NDArray[np.bool_], *, sign: float) -> None:
         """Add (1) or take back (-1) one lesson's credit and contradictions."""
-        if not seen:
-            return
-        who = np.fromiter(seen.keys(), dtype=np.intp, count=len(seen))
-        support, refute, published = (np.array(column) for column in zip(*seen.values(), strict=True))
         # One claim per origin: its earliest; a publisher never refutes its own lesson.
         holds = published | (support <= refute)
         at = np.where(holds, support, refute)
@@ -457,15 +478,16 @@ class Evidence:
             if side.any():
                 first = at[side].min()
                 firsts, later = who[side & (at == first)], who[side & (at > first)]
-                self.credit[np.ix_(later, firsts)] += sign
+                self._credited[np.ix_(firsts, later)] += sign
         pro, con = who[holds], who[~holds]
         if len(pro) and len(con):
-            self.contra[np.ix_(pro, con)] += sign
-            self.contra[np.ix_(con, pro)] += sign
+            self._against[np.ix_(pro, con)] += sign
 
     def matrices(self) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """``credit[i, j]`` and ``contra[i, j]`` (symmetric), over the origins in index order."""
         n = len(self.origins)
-        return self.credit[:n, :n], self.contra[:n, :n]
+        against = self._against[:n, :n]
+        return self._credited[:n, :n].T, against + against.T
 
 
 def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig()

@@ -404,16 +404,14 @@ class Run:
         n = len(les)
         if len(self._in_evidence) < n:
             self._in_evidence = np.concatenate([self._in_evidence, np.zeros(n - len(self._in_evidence), dtype=bool)])
-        everywhere = w.held[w.honest, :n].all(axis=0) & valid & ~self._in_evidence
-        new = np.flatnonzero(everywhere)
+        pending = np.flatnonzero(~self._in_evidence[:n] & valid)
+        new = pending[w.held[np.ix_(np.asarray(w.honest), pending)].all(axis=0)] if len(pending) else pending
         self._in_evidence[new] = True
-        by_lesson: dict[int, list[Fact]] = {}
-        for r in new.tolist():
-            fact = w.ledger.facts[r]
-            if fact is not None:
-                by_lesson.setdefault(int(les[r]), []).append(fact)
-        for lesson, facts in by_lesson.items():
-            self.evidence.add_lesson(w.lessons[lesson].hash, facts)
+        new = new[np.argsort(les[new], kind="stable")]
+        for group in np.split(new, np.flatnonzero(np.diff(les[new])) + 1) if len(new) else []:
+            facts = [f for r in group.tolist() if (f := w.ledger.facts[r]) is not None]
+            self.evidence.add_claims(w.lessons[int(les[group[0]])].hash, [self.evidence.index[f.origin] for f in facts],
+                                     [f.kind for f in facts], [f.at.timestamp() for f in facts])
         self._earned = counted_origins(self.evidence, w.honest, self.trust_config)
         self._earned_column = {h: k for k, h in enumerate(w.honest)}
 
@@ -457,15 +455,22 @@ class Run:
         cache: dict[tuple[Any, ...], str] = {}
         states: dict[int, dict[int, str]] = {}
         quarantine = self.opts.config.vouch_quarantine_days if self.opts.trust in ("vouched", "earned") else 0.0
+        candidates = np.arange(n)
         if self.opts.trust == "earned" and not frozen:
             self.update_earned()
+            assert self._earned is not None
+            # Only records some honest agent may admit: the rest of the work is per agent.
+            anyone = np.asarray(self._earned.any(axis=1), dtype=bool)
+            candidates = np.flatnonzero(valid & ((kind == LESSON) | (kind == REVOKE)
+                                                 | ((kind == CONFIRM) & anyone[origin])))
         for h in w.honest:
             prepared = self._prepared.get(h) if frozen else None
             if prepared is None:
                 flags = self.counted(h)
-                admitted = w.held[h, :n] & valid & ((kind == LESSON) | (kind == REVOKE)
-                                                     | ((kind == CONFIRM) & flags[origin]))
-                idx = np.nonzero(admitted)[0]
+                c = candidates
+                admitted = w.held[h, c] & valid[c] & ((kind[c] == LESSON) | (kind[c] == REVOKE)
+                                                      | ((kind[c] == CONFIRM) & flags[origin[c]]))
+                idx = c[admitted]
                 idx = idx[np.argsort(les[idx], kind="stable")]
                 prepared = (flags, np.split(idx, np.flatnonzero(np.diff(les[idx])) + 1) if len(idx) else [])
                 self._prepared[h] = prepared
