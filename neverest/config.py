@@ -57,16 +57,21 @@ class Config:
     support_n: int = 3
     window_days: float = 90.0
     revoke_quorum: int = 3
-    # Which origins count as support: "vouched" (origins whose claims this memory tested itself, none
-    # refuted: commons.vouched), "peers" (origins in the peer table), or "any" (every origin: the
-    # simulations in the README show it making every false lesson common, so it is never the default and
-    # config_warnings flags it); origins in trust_allow count under every policy.
-    trust: str = "vouched"
+    # Which origins count as support: "earned" (trust earned from verified history and passed along, after
+    # EigenTrust, with this memory as the pre-trusted peer: commons.earned; the default, the one the
+    # README's sweep measures against adaptive adversaries), "vouched" (origins whose claims this memory
+    # tested itself, none refuted: commons.vouched), "peers" (origins in the peer table), or "any" (every
+    # origin: the simulations in the README show it making every false lesson common, so it is never the
+    # default and config_warnings flags it); origins in trust_allow count under every policy.
+    trust: str = "earned"
     trust_allow: str = ""  # comma-separated origins
+    trust_damping: float = 0.15  # "earned": share of trust that returns to this memory at each hop
+    trust_steps: int = 6  # "earned": hops trust travels from this memory
     vouch_min_verified: int = 2  # "vouched": lessons an origin supported that came true here
     vouch_min_resolved: int = 10  # "vouched": lessons this memory must have tested before it vouches for anyone
-    # "vouched": days a lesson is held here before it can be common here: one prediction window, so that
-    # every lesson has had a full window to come true, or fail, in this memory's own sessions first.
+    # "vouched" and "earned": days a lesson is held here before it can be common here: one prediction
+    # window, so that every lesson has had a full window to come true, or fail, in this memory's own
+    # sessions, or in those of the memories it trusts, first.
     vouch_quarantine_days: float = 14.0
     # Layers (PROTOCOL.md §9): lessons received from these origins (comma-separated) form the
     # "domain" layer (a language's, a tool's, a codebase's memory); all others the "common" one.
@@ -178,7 +183,7 @@ def _peer_url(url: str) -> str:
     return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
-TRUST_POLICIES: Final = ("any", "peers", "vouched")
+TRUST_POLICIES: Final = ("any", "peers", "vouched", "earned")
 MAX_PEERS: Final = 1000  # a static list longer than this is a mistake, not a network
 
 
@@ -211,6 +216,10 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     config = dataclasses.replace(Config(), **{k: _coerce(k, _kind(k), v) for k, v in values.items()})
     if config.trust not in TRUST_POLICIES:
         raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")
+    if not 0.0 < config.trust_damping < 1.0:
+        raise ConfigError(f"trust_damping: {config.trust_damping!r} is not between 0 and 1 (exclusive)")
+    if config.trust_steps < 1:
+        raise ConfigError(f"trust_steps: {config.trust_steps!r} is not a positive number of hops")
     for name in ("received_budget_bytes", "received_origin_budget_bytes", "received_peer_budget_bytes",
                  "received_exchange_budget_bytes", "declined_remember_s"):
         if getattr(config, name) < 0:
@@ -242,7 +251,8 @@ def config_warnings(config: Config) -> list[str]:
     if config.trust == "any":
         warnings.append('trust = "any": every origin counts as support, so a few keys made for the purpose can '
                         'make a false lesson common here (the README\'s simulations: every false lesson became '
-                        'common); the default, "vouched", counts only origins whose lessons came true here')
+                        'common); the default, "earned", counts only origins that earned trust from what came '
+                        'true here or at the memories this one trusts')
     return warnings
 
 

@@ -21,13 +21,20 @@ def test_the_example_lists_every_setting_with_its_default(tmp_path: Path) -> Non
 
 def test_the_default_trust_is_the_safest_policy_and_any_warns(tmp_path: Path) -> None:
     config = load_config(tmp_path, {})
-    assert config.trust == "vouched" and config_warnings(config) == []
+    assert config.trust == "earned" and config_warnings(config) == []
     (tmp_path / "config.toml").write_text('trust = "any"\n')
     chosen = load_config(tmp_path, {})
     assert chosen.trust == "any"  # an explicit choice is honoured...
     [warning] = config_warnings(chosen)  # ...and flagged
-    assert 'trust = "any"' in warning and "vouched" in warning
+    assert 'trust = "any"' in warning and '"earned"' in warning
     assert config_warnings(load_config(tmp_path, {"NEVEREST_TRUST": "peers"})) == []
+
+
+def test_earned_parameters_are_checked(tmp_path: Path) -> None:
+    for bad in ("trust_damping = 0.0", "trust_damping = 1.0", "trust_steps = 0"):
+        (tmp_path / "config.toml").write_text(bad + "\n")
+        with pytest.raises(ConfigError, match=bad.split(" ")[0]):
+            load_config(tmp_path, {})
 
 
 def test_static_peers_from_toml_environment_and_flags(tmp_path: Path) -> None:

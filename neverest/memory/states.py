@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from neverest.clock import parse_time
-from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, Verdict, judge, vouched
+from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, TrustConfig, Verdict, earned, judge, vouched
 from neverest.config import Config
 from neverest.memory import holdings
 from neverest.memory.queries import lessons, predictions, status
@@ -36,7 +36,30 @@ def trust_filter(db: sqlite3.Connection, config: Config, own_origin: str) -> Cal
         return known.__contains__
     if config.trust == "vouched":
         return _vouched(db, config, own_origin, allowed)
-    raise ValueError(f"trust policy {config.trust!r} is not one of any, peers, vouched")
+    if config.trust == "earned":
+        return _earned(db, config, own_origin, allowed)
+    raise ValueError(f"trust policy {config.trust!r} is not one of any, peers, vouched, earned")
+
+
+def trust_config(config: Config) -> TrustConfig:
+    return TrustConfig(damping=config.trust_damping, steps=config.trust_steps)
+
+
+def _earned(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Callable[[str], bool]:
+    """The facts ``commons.earned`` judges by: every claim held (lessons, confirmations, refutations,
+    as signed), and this memory's own tests as claims of its own (its own lessons when it learned
+    them, its predictions that came true or were refuted when they were resolved), whether or not it
+    shares them.  A prediction that failed for lack of an occasion claims nothing."""
+    by_lesson: dict[str, list[Fact]] = {}
+    for rtype, origin, target, at in holdings.claims(db):
+        by_lesson.setdefault(target, []).append(Fact(kind=rtype, origin=origin, at=parse_time(at)))  # type: ignore[arg-type]
+    for target, created in lessons.own_learned(db):
+        by_lesson.setdefault(target, []).append(Fact(kind="lesson", origin=own_origin, at=parse_time(created)))
+    for target, outcome, resolved in predictions.own_tests(db):
+        kind = {"confirmed": "confirm", "refuted": "refute"}.get(outcome)
+        if kind is not None:
+            by_lesson.setdefault(target, []).append(Fact(kind=kind, origin=own_origin, at=parse_time(resolved)))  # type: ignore[arg-type]
+    return earned(by_lesson, own=own_origin, config=trust_config(config), allowed=frozenset(allowed))
 
 
 def _vouched(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Callable[[str], bool]:
@@ -75,7 +98,7 @@ def verdict(db: sqlite3.Connection, target: str, *, now: datetime, config: Confi
     (``counts``) and, when they already read them, the records held (``held``)."""
     held = holdings.about(db, target) if held is None else held
     since = None
-    if config.trust == "vouched" and held:
+    if config.trust in ("vouched", "earned") and held:
         since = min(parse_time(h.received) for h in held)
     return judge(facts(held), now=now, config=commons_config(config),
                  counts=trust_filter(db, config, own_origin) if counts is None else counts,

@@ -153,6 +153,12 @@ def own_hashes(db: sqlite3.Connection) -> set[str]:
     return {str(r[0]) for r in db.execute("SELECT hash FROM lessons WHERE origin = ''")}
 
 
+def own_learned(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(hash, created) of the lessons this memory learned from its own sessions."""
+    return [(str(h), str(c)) for h, c in db.execute("SELECT hash, MIN(created) FROM lessons WHERE origin = '' "
+                                                    "GROUP BY hash")]
+
+
 # -- sleep ----------------------------------------------------------------------------
 
 

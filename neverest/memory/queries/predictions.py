@@ -53,6 +53,14 @@ def outcomes_by_hash(db: sqlite3.Connection) -> dict[str, set[str]]:
     return out
 
 
+def own_tests(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """(lesson hash, outcome, when resolved) of every resolved prediction: what this memory's own
+    sessions showed, the first-hand row of the trust policy ``earned``."""
+    return [(str(h), str(o), str(r)) for h, o, r in db.execute(
+        "SELECT l.hash, p.outcome, p.resolved FROM predictions p JOIN lessons l ON l.id = p.lesson_id "
+        "WHERE p.outcome IS NOT NULL AND p.resolved IS NOT NULL")]
+
+
 def delete_resolved_by(db: sqlite3.Connection, episode_ids: Sequence[str]) -> int:
     """Delete the predictions these episodes resolved (forget: nothing may point at them)."""
     return int(db.executemany("DELETE FROM predictions WHERE episode_id = ?",
