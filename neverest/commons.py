@@ -117,7 +117,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -389,26 +389,31 @@ class TrustConfig:
             raise ValueError("steps must be at least 1")
 
 
-class Evidence:
-    """Credit and contradictions between origins, from their claims; order-independent.
+class _Sides(NamedTuple):
+    credit: tuple[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]], ...]  # (first claimants, later), per side
+    pro: npt.NDArray[np.intp]
+    con: npt.NDArray[np.intp]
 
-    Built by ``add_lesson`` (the facts about one lesson, in batches, in any order): the result
-    depends only on the set of claims.  The daemon builds one from every record it holds; the
-    simulator adds each night's records to one it keeps.  ``credit[i, j]`` counts the lessons on
-    which j made the first claim that i's later claim bore out; ``contra[i, j]`` the lessons on
-    which i and j claimed the opposite.
+
+class Evidence:
+    """The claims held, one per (origin, lesson), from which credit and contradictions are read.
+
+    Built by ``add_lesson`` (the facts about one lesson, in batches, in any order): what it holds
+    depends only on the set of facts.  The daemon builds one from every record it holds; the
+    simulator adds each night's records to one it keeps.  Nothing here is quadratic in the number
+    of origins: ``counted_origins`` reads credit and contradictions only among the origins trust
+    can reach, so a flood of keys costs their claims, never a matrix of them.
     """
 
     def __init__(self, origins: Iterable[str] = ()) -> None:
         self.origins: list[str] = []
         self.index: dict[str, int] = {}
-        # Stored the way they are written, row by row: _credited[j, i] is credit[i, j]; a contradiction
-        # is written once, supporter by refuter (matrices() gives both).
-        self._credited = np.zeros((0, 0), dtype=np.float32)
-        self._against = np.zeros((0, 0), dtype=np.float32)
         # lesson -> (origin indices, sorted; earliest support; earliest refutation, in seconds; published)
         self._seen: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64],
                                     npt.NDArray[np.bool_]]] = {}
+        # lesson -> its credit (per side: the first claimants, and the later ones on that side),
+        # its supporters and its refuters
+        self._sides: dict[str, _Sides] = {}
         for origin in origins:
             self._id(origin)
 
@@ -420,12 +425,6 @@ class Evidence:
         if i is None:
             i = self.index[origin] = len(self.origins)
             self.origins.append(origin)
-            if i >= self._credited.shape[0]:
-                size, n = max(64, 2 * self._credited.shape[0]), self._credited.shape[0]
-                credited = np.zeros((size, size), dtype=np.float32)
-                against = np.zeros((size, size), dtype=np.float32)
-                credited[:n, :n], against[:n, :n] = self._credited, self._against
-                self._credited, self._against = credited, against
         return i
 
     def add_lesson(self, lesson: str, facts: Iterable[Fact]) -> None:
@@ -460,47 +459,79 @@ class Evidence:
         np.minimum.at(refute, pos[is_refute], times[is_refute])
         np.minimum.at(support, pos[~is_refute], times[~is_refute])
         published[pos[kind == "lesson"]] = True
-        if old is not None:
-            if (len(new) == 0 and np.array_equal(support, old[1]) and np.array_equal(refute, old[2])
-                    and np.array_equal(published, old[3])):
-                return
-            self._count(*old, sign=-1.0)
         self._seen[lesson] = (members, support, refute, published)
-        self._count(members, support, refute, published, sign=1.0)
-
-    def _count(self, who: npt.NDArray[np.intp], support: npt.NDArray[np.float64], refute: npt.NDArray[np.float64],
-               published: npt.NDArray[np.bool_], *, sign: float) -> None:
-        """Add (1) or take back (-1) one lesson's credit and contradictions."""
         # One claim per origin: its earliest; a publisher never refutes its own lesson.
         holds = published | (support <= refute)
-        at = np.where(holds, support, refute)
+        claim_at = np.where(holds, support, refute)
+        credit = []
         for side in (holds, ~holds):
             if side.any():
-                first = at[side].min()
-                firsts, later = who[side & (at == first)], who[side & (at > first)]
-                self._credited[np.ix_(firsts, later)] += sign
-        pro, con = who[holds], who[~holds]
-        if len(pro) and len(con):
-            self._against[np.ix_(pro, con)] += sign
+                first = claim_at[side].min()
+                credit.append((members[side & (claim_at == first)], members[side & (claim_at > first)]))
+        self._sides[lesson] = _Sides(tuple(credit), members[holds], members[~holds])
+
+    def _credit_pairs(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """(i, j) once per lesson on which j made the first claim and i, later, the same one."""
+        rows, cols = [], []
+        for sides in self._sides.values():
+            for firsts, later in sides.credit:
+                if len(firsts) and len(later):
+                    rows.append(np.repeat(later, len(firsts)))
+                    cols.append(np.tile(firsts, len(later)))
+        if not rows:
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+        return np.concatenate(rows), np.concatenate(cols)
+
+    def submatrices(self, keep: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """``credit[i, j]`` (lessons on which j claimed first and i bore it out) and ``contra[i, j]``
+        (lessons on which they claimed the opposite, symmetric) among the origins ``keep``, in that order."""
+        where = np.full(len(self.origins), -1, dtype=np.intp)
+        where[keep] = np.arange(len(keep))
+        credit = np.zeros((len(keep), len(keep)), dtype=np.float32)
+        contra = np.zeros((len(keep), len(keep)), dtype=np.float32)
+        rows, cols = self._credit_pairs()
+        r, c = where[rows], where[cols]
+        ok = (r >= 0) & (c >= 0)
+        np.add.at(credit, (r[ok], c[ok]), 1.0)
+        for sides in self._sides.values():
+            pro, con = where[sides.pro], where[sides.con]
+            pro, con = pro[pro >= 0], con[con >= 0]
+            if len(pro) and len(con):
+                contra[np.ix_(pro, con)] += 1.0
+                contra[np.ix_(con, pro)] += 1.0
+        return credit, contra
 
     def matrices(self) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-        """``credit[i, j]`` and ``contra[i, j]`` (symmetric), over the origins in index order."""
-        n = len(self.origins)
-        against = self._against[:n, :n]
-        return self._credited[:n, :n].T, against + against.T
+        """Credit and contradictions among every origin (for tests and small memories)."""
+        return self.submatrices(np.arange(len(self.origins)))
+
+    def reachable(self, roots: npt.NDArray[np.intp], hops: int) -> npt.NDArray[np.intp]:
+        """The origins within ``hops`` credit steps of a root, roots included: the only ones trust can reach."""
+        rows, cols = self._credit_pairs()
+        seen = np.zeros(len(self.origins), dtype=bool)
+        seen[roots] = True
+        frontier = seen.copy()
+        for _ in range(hops):
+            step = np.zeros_like(seen)
+            step[cols[frontier[rows]]] = True
+            frontier = step & ~seen
+            if not frontier.any():
+                break
+            seen |= frontier
+        return np.flatnonzero(seen)
 
 
 def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig()
                     ) -> npt.NDArray[np.bool_]:
     """For each root (column), which origins (rows) count under ``earned`` (module comment above)."""
-    credit, contra = evidence.matrices()
     n, r = len(evidence), len(roots)
     idx, cols = np.asarray(roots, dtype=np.intp), np.arange(len(roots))
-    # Trust can only ever sit on a root or on an origin somebody credits: compute on those alone.
-    active = np.union1d(np.flatnonzero(credit.any(axis=0)), idx)
+    # Trust can only ever sit on an origin within config.steps credit steps of a root: compute on those.
+    active = evidence.reachable(idx, config.steps)
+    credit, contra = evidence.submatrices(active)
     where = np.full(n, -1, dtype=np.intp)
     where[active] = np.arange(len(active))
-    local = np.where(contra[np.ix_(active, active)] > 0, np.float32(0.0), credit[np.ix_(active, active)])
+    local = np.where(contra > 0, np.float32(0.0), credit)
     out = local.sum(axis=1)
     dangling = out <= 0
     step = np.ascontiguousarray((local / np.where(dangling, np.float32(1.0), out)[:, None]).T)
@@ -512,10 +543,10 @@ def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfi
         returned = t[dangling].sum(axis=0)  # trust held by origins that credit nobody goes home
         t = a * pre + (1 - a) * (step @ t + pre * returned)
     # Discredited: contradicted by the root itself, or by more trust than the origin holds.
-    first_hand = (contra[np.ix_(idx, active)] > 0).T
+    first_hand = (contra[where[idx], :] > 0).T
     weight = np.where(first_hand, np.float32(0.0), t)
     weight[where[idx], cols] = 0.0
-    accused = (contra[np.ix_(active, active)] > 0).astype(np.float32).T @ weight
+    accused = (contra > 0).astype(np.float32).T @ weight
     ok = (t > 0) & ~first_hand & ~(accused > t)
     ok[where[idx], cols] = True
     counted = np.zeros((n, r), dtype=bool)

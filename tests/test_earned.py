@@ -177,3 +177,15 @@ def test_the_store_adapter_reads_claims_and_this_memorys_own_tests(tmp_path: Pat
                      now=T0 + 21 * DAY)
         assert trust_filter(db, config, me.origin)(honest.origin)
     store.close()
+
+
+def test_a_flood_of_keys_is_never_in_the_computation_unless_trust_reaches_it() -> None:
+    """20 000 keys claiming about one lesson: the scores are computed over the origins trust can reach
+    (here 2), never over a matrix of every key (which would be 20 000 x 20 000)."""
+    flood = [f"k{n}" for n in range(20_000)]
+    ev = Evidence([ME])
+    ev.add_lesson("L1", [lesson("b", 0), confirm(ME, 5)])
+    ev.add_lesson("F", [lesson(flood[0], 0), *(confirm(k, 1) for k in flood[1:])])
+    assert sorted(ev.origins[i] for i in ev.reachable(np.array([0]), hops=6)) == ["b", ME]
+    flags = counted_origins(ev, [0])[:, 0]
+    assert {ev.origins[i] for i in np.flatnonzero(flags)} == {ME, "b"}
