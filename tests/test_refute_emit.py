@@ -20,6 +20,7 @@ from neverest.memory import holdings
 from neverest.memory.queries import injections
 from neverest.memory.receive import receive
 from neverest.memory.service import Memory
+from neverest.memory.states import trust_filter
 from neverest.records import Record, lesson_hash, origin_of, parse, sign_confirm, sign_lesson
 
 T0 = datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
@@ -262,3 +263,24 @@ def test_show_lists_the_refuters_and_status_counts_them(tmp_path: Path, capsys: 
 def _run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:
     assert main(["--home", str(home), *argv]) == 0
     return capsys.readouterr().out
+
+
+def test_a_lesson_refuted_here_counts_against_its_supporters_as_a_failure_did(here: Here) -> None:
+    """The vouched policy reads failures; a refuted prediction is one, with evidence."""
+    liar = nacl.signing.SigningKey(b"\x22" * 32)
+    liar_origin = origin_of(bytes(liar.verify_key))
+    true_one = here.receive("error", "cargo build fails: linker cc not found", key=liar)
+    false_one = here.receive("error", ERROR, key=liar, seq=2)
+    here.night(T0)
+    here.event(T0 + DAY, kind="error", session="s0", title="cargo build", happened="fails: linker cc not found")
+    here.inject("s1", false_one, T0 + DAY)
+    here.event(T0 + DAY + HOUR, kind="surprise", session="s1", expected="pytest to fail with No module named foo",
+               happened="pytest passed")
+    report = here.night(T0 + 2 * DAY)
+    [confirmed] = report["confirmed"]
+    assert here.memory.store.db.execute("SELECT hash FROM lessons WHERE id = ?", (confirmed["lesson"],)
+                                        ).fetchone() == (true_one,)
+    assert [r["hash"] for r in report["refuted"]] == [false_one]
+    config = Config(vouch_min_verified=1, vouch_min_resolved=1)
+    counts = trust_filter(here.memory.store.db, config, here.memory.identity.origin)
+    assert not counts(liar_origin)

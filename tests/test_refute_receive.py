@@ -20,6 +20,7 @@ from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.receive import REFUTE_FLOOD, REFUTE_PUBLISHER, Receiver, receive
 from neverest.memory.service import Memory
+from neverest.memory.states import verdict
 from neverest.memory.store import Store, open_store
 from neverest.records import lesson_hash, origin_of, sign_confirm, sign_lesson, sign_refute
 from tests.conftest import VECTORS
@@ -200,3 +201,21 @@ def test_status_counts_refutations_held_and_refused(tmp_path: Path) -> None:
     assert status["refutations"] == {"held": 2, "refused": {REFUTE_PUBLISHER: 1, REFUTE_FLOOD: 3}}
     assert {(r["source"], r["reason"], r["count"]) for r in status["refused"]} == {
         ("commons:x", REFUTE_PUBLISHER, 1), ("commons:x", REFUTE_FLOOD, 3)}
+
+
+def test_a_refutation_sent_ahead_of_a_lesson_does_not_start_its_quarantine(store: Store) -> None:
+    """Under ``vouched`` a lesson is not common here before it has been held ``vouch_quarantine_days``: from
+    its first lesson or confirmation received, not from a refutation that came ahead of it."""
+    confirmers = KEYS[2:5]
+    config = Config(trust_allow=",".join(ORIGINS[2:5]))
+    day = timedelta(days=1)
+    with store.write() as db:
+        holdings.put(db, sign_refute(KEYS[1], HASH, at=iso(NOW)), source="test", now=NOW)
+        later = NOW + 10 * day
+        holdings.put(db, sign_lesson(KEYS[0], kind="error", text=TEXT, seen=2, strength=1.0, updated=iso(later)),
+                     source="test", now=later)
+        for key in confirmers:
+            holdings.put(db, sign_confirm(key, HASH, at=iso(later)), source="test", now=later)
+    judged = NOW + 15 * day  # 15 days after the refutation, 5 after the lesson
+    assert verdict(store.db, HASH, now=judged, config=config, own_origin=OWN).state == "candidate"
+    assert verdict(store.db, HASH, now=later + 14 * day, config=config, own_origin=OWN).state == "common"

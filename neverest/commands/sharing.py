@@ -193,7 +193,9 @@ def cmd_commons(args: argparse.Namespace) -> int:
     elif args.commons_command == "push":
         pushed = out["push"]
         print(f"pushed {pushed['records']} record(s), {pushed['bytes']} bytes" +
-              (f"; note: {pushed['conflict']}" if pushed["conflict"] else ""))
+              (f"; note: {pushed['conflict']}" if pushed["conflict"] else "") +
+              (f"; {pushed['refutations_left_out']} refutation(s) left out: the commons predates them"
+               if pushed.get("refutations_left_out") else ""))
     else:
         pulled = out["pull"]
         total = pulled["total"]

@@ -52,12 +52,17 @@ def close_merged(db: sqlite3.Connection, lesson_id: int, now: str) -> None:
 
 
 def outcomes_by_hash(db: sqlite3.Connection) -> dict[str, set[str]]:
-    """For each lesson hash, the outcomes its resolved predictions had."""
+    """For each lesson hash, the outcomes its resolved predictions had.  A refuted prediction is a
+    failure with evidence: it is reported as both ``refuted`` and ``failed``, so that what reads
+    failures (the ``vouched`` policy: "failed and never came true") counts it as before."""
     out: dict[str, set[str]] = {}
     for digest, outcome in db.execute(
             "SELECT l.hash, p.outcome FROM predictions p JOIN lessons l ON l.id = p.lesson_id "
             "WHERE p.outcome IS NOT NULL"):
-        out.setdefault(str(digest), set()).add(str(outcome))
+        seen = out.setdefault(str(digest), set())
+        seen.add(str(outcome))
+        if outcome == "refuted":
+            seen.add("failed")
     return out
 
 
