@@ -173,6 +173,13 @@ def test_past_the_bound_a_flooders_lines_are_refused_before_their_signature_is_c
     with Receiver(store, own_origin=OWN, config=config, now=NOW, pool=None) as receiver:
         result = receiver.receive(lines, source="gossip:flooder")
     assert result.refused == {REFUTE_FLOOD: 598} and held(store) == 3
+    # And in the next receive (the next exchange), from its first line on.
+    again = receive(store, [forged_line], source="gossip:flooder", own_origin=OWN, config=config, now=NOW)
+    assert again.refused == {REFUTE_FLOOD: 1}
+    # An origin below the bound is verified as usual: its forged line is refused for its signature.
+    forged["origin"], forged["key"] = ORIGINS[1], bytes(KEYS[1].verify_key).hex()
+    other = json.dumps(forged, separators=(",", ":"), sort_keys=True).encode()
+    assert receive(store, [other], source="x", own_origin=OWN, config=config, now=NOW).refused == {"bad-signature": 1}
 
 
 def test_the_bound_is_a_setting_and_0_turns_it_off(store: Store) -> None:

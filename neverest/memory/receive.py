@@ -8,8 +8,8 @@
 2. refuses a record signed more than ``future_tolerance_s`` after now (``future``), and a
    refutation by the lesson's own publisher (``refute-publisher``: a lesson record of that hash
    from that origin is held) or beyond ``refute_origin_max`` held for its origin
-   (``refute-flood``: the first ones received are kept, and once an origin is found at the bound
-   its further refutations in the same receive are refused before their signature is checked);
+   (``refute-flood``: the first ones received are kept, and the lines claiming to be refutations
+   by an origin already at the bound are refused before their signature is checked);
 3. refuses it when storing it would go over the storage budget (``over-budget``: admission.py,
    budget.py), then stores it as received (``holdings.put``): duplicates change nothing, forks
    are kept as evidence, an older version of an origin's lesson is stored but superseded;
@@ -265,8 +265,10 @@ class Receiver:
         self.gate = admission.Gate(config, own_origin=own_origin, now=now)  # the storage budget
         # Refutations held by origin, read once per transaction (an eviction may lower them).
         self._refutes: dict[str, int] = {}
-        # Origins found at refute_origin_max: their further refutations are refused unverified.
+        # Origins found at refute_origin_max: their further refutations are refused unverified;
+        # and those found below it when this receive first met one of their refutations.
         self._full: set[str] = set()
+        self._below: set[str] = set()
         self._early: Counter[str] = Counter()  # those refusals by source, until the next batch is written
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
@@ -300,21 +302,33 @@ class Receiver:
         result.refused[admission.OVER_BUDGET] += len(fresh) - len(kept)
         if not result.refused[admission.OVER_BUDGET]:
             del result.refused[admission.OVER_BUDGET]
-        if self._full:
+        if self.config.refute_origin_max > 0:
             before = len(kept)
-            kept = [line for line in kept if line is None or not self._flooding(line)]
+            kept = [line for line in kept if line is None or not self._flooding(db, line)]
             if len(kept) < before:
                 result.refused[REFUTE_FLOOD] += before - len(kept)
                 self._early[source] += before - len(kept)
         return kept
 
-    def _flooding(self, line: bytes) -> bool:
-        """Whether ``line`` claims to be a refutation by an origin already found at the bound: valid or
-        not, it would be refused, so its signature is not checked (a flood costs a JSON parse a line)."""
-        if b'"refute"' not in line:
+    def _flooding(self, db: sqlite3.Connection, line: bytes) -> bool:
+        """Whether ``line`` claims to be a refutation by an origin already at the bound here: valid or
+        not, it would be refused, so its signature is not checked, and a flood sent again at every
+        exchange costs a JSON parse a line.  (Refutations still on their way to the store are not
+        counted here: the store's check, ``_refused_refutation``, is the one that decides.)"""
+        if b'"refute"' not in line:  # every refutation holds this; most other records do not
             return False
         rtype, _, origin = claimed(line)
-        return rtype == "refute" and origin in self._full
+        if rtype != "refute" or origin is None or origin == self.own_origin:
+            return False
+        if origin not in self._full:
+            if origin in self._below:
+                return False
+            held = holdings.refute_counts(db, [origin]).get(origin, 0)
+            if held < self.config.refute_origin_max:
+                self._below.add(origin)  # looked at once per receive; the store's check sees the rest
+                return False
+            self._full.add(origin)
+        return True
 
     def _take(self) -> None:
         """Take back the oldest batch out (verified, and its lessons embedded), queue it to store."""
