@@ -84,6 +84,9 @@ class Config:
     received_peer_budget_bytes: int = 16 * 1024 * 1024  # untrusted origins' records delivered by one peer or source
     received_exchange_budget_bytes: int = 2 * 1024 * 1024  # untrusted records taken from one exchange or sync
     declined_remember_s: float = 86400.0  # how long an origin refused or evicted for the budget stays refused
+    # Refutations (PROTOCOL.md §1, "Refutations"): at most this many are held per origin, the first received;
+    # later ones are refused as refute-flood, and this memory signs no more than this itself.  0 = no bound.
+    refute_origin_max: int = 256
     # The daemon (neverestd).  Times of day are the machine's local time.
     sleep_at: str = "03:00"  # the nightly sleep, HH:MM
     inbox_every_s: float = 2.0  # how often the inbox file is drained
@@ -221,7 +224,7 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     if config.trust_steps < 1:
         raise ConfigError(f"trust_steps: {config.trust_steps!r} is not a positive number of hops")
     for name in ("received_budget_bytes", "received_origin_budget_bytes", "received_peer_budget_bytes",
-                 "received_exchange_budget_bytes", "declined_remember_s"):
+                 "received_exchange_budget_bytes", "declined_remember_s", "refute_origin_max"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name}: {getattr(config, name)!r} is negative (0 turns the bound off)")
     if not 0.0 <= config.holdout <= 1.0:

@@ -1,11 +1,11 @@
 """Wire records v1: build, sign, serialise, parse and verify.
 
-Four record types travel between memories (PROTOCOL.md §2):
+Four record types travel between memories (PROTOCOL.md §1):
 
 - a lesson:       v, hash, origin, key, kind, text, seen, strength, updated, sig
 - a confirmation: v, confirm, origin, key, at, sig
 - a revocation:   v, revoke, origin, key, at, sig
-- a refutation:   v, refute, origin, key, at, sig   (a v1 extension, PROTOCOL.md §2.4)
+- a refutation:   v, refute, origin, key, at, sig   (a v1 extension, PROTOCOL.md §1, "Refutations")
 
 plus the optional extension field ``seq`` (a per-origin counter) and any
 unknown fields, which readers keep and the signature still covers.
@@ -215,7 +215,7 @@ def sign_refute(
     signing_key: nacl.signing.SigningKey, target: str, *, at: str, seq: int | None = None
 ) -> Record:
     """Sign a refutation: this memory's own sessions met the situation of lesson ``target`` and it
-    did not hold.  Only the verify pass signs one (PROTOCOL.md §2.4); it revokes nothing by itself."""
+    did not hold.  Only the verify pass signs one (PROTOCOL.md §1, "Refutations"); it revokes nothing by itself."""
     return _sign_about(signing_key, "refute", target, at, seq)
 
 

@@ -107,9 +107,11 @@ def cmd_sleep(args: argparse.Namespace) -> int:
     for item in report["learned"]:
         print(f"               + [{item['kind']}] {item['text']}")
     print(f"  merge      {len(report['merged'])} lesson(s) merged into themes")
-    print(f"  verify     {len(report['confirmed'])} prediction(s) confirmed, {len(report['failed'])} failed")
+    print(f"  verify     {len(report['confirmed'])} prediction(s) confirmed, {len(report['failed'])} failed, "
+          f"{len(report['refuted'])} refuted")
     print(f"  predict    {report['predicted']} new prediction(s)")
-    print(f"  signed     {report['signed_lessons']} lesson record(s), {report['signed_confirmations']} confirmation(s)")
+    print(f"  signed     {report['signed_lessons']} lesson record(s), "
+          f"{report['signed_confirmations']} confirmation(s), {report['signed_refutations']} refutation(s)")
     for name in ("folder", "commons"):
         if name in report:
             print(f"  {name:<10} " + (f"error: {report[name]['error']}" if "error" in report[name] else "synced"))

@@ -44,6 +44,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         cap = f"of {got['budget_bytes']} " if got["budget_bytes"] else "(no budget) "
         print(f"{'received':<12} {got['bytes']} bytes {cap}in {got['records']} record(s) from other origins; "
               f"{got['declined_origins']} origin(s) declined for the budget")
+    refutations = out.get("refutations")
+    if refutations:
+        refused = ", ".join(f"{n} x {reason}" for reason, n in sorted(refutations["refused"].items()))
+        print(f"{'refutations':<12} {refutations['held']} held" + (f"; refused {refused}" if refused else ""))
     for item in out["refused"]:
         print(f"refused      {item['count']} x {item['reason']} from {item['source']}")
     return 0

@@ -95,7 +95,8 @@ def _find(memory: Memory, prefix: str) -> str:
 
 
 def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
-    """A lesson by hash prefix: its text, state, publishers, supporters, the rows held here and its records.
+    """A lesson by hash prefix: its text, state, publishers, supporters, refuters, the rows held here and its
+    records.
 
     Raises UsageError when the prefix is too short or does not name exactly one lesson.
     """
@@ -113,6 +114,9 @@ def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
         "hash": target, "text": first.get("text"), "kind": first.get("kind"),
         "state": v.state, "support": v.support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
         "supporters": list(v.supporters), "revoked_by": list(v.revoked_by), "tombstone": tomb,
+        # Origins whose sessions met the lesson's situation and saw it not hold: they inform trust and
+        # never move the state (PROTOCOL.md §1, "Refutations"); a publisher's own is listed, and ignored there.
+        "refuted_by": holdings.refuters(db, target),
         "last_support": v.last_support.isoformat() if v.last_support else None,
         "held_here": [{"id": r["id"], "origin": r["origin"] or origin, "strength": r["strength"], "seen": r["seen"],
                        "layer": r["layer"], "archived": r["archived"], "sources": r["sources"]} for r in lessons],
@@ -133,6 +137,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"supporters: {', '.join(out['supporters']) or 'none'}")
     if out["revoked_by"]:
         print(f"revoked by: {', '.join(out['revoked_by'])}")
+    if out["refuted_by"]:
+        print(f"refuted by: {', '.join(out['refuted_by'])} (informs trust; changes no state)")
     for held in out["held_here"]:
         print(f"held here: strength {held['strength']}, seen {held['seen']}, layer {held['layer']}, "
               f"from {held['origin']}" + (" (archived)" if held["archived"] else ""))
@@ -187,7 +193,9 @@ def cmd_commons(args: argparse.Namespace) -> int:
     elif args.commons_command == "push":
         pushed = out["push"]
         print(f"pushed {pushed['records']} record(s), {pushed['bytes']} bytes" +
-              (f"; note: {pushed['conflict']}" if pushed["conflict"] else ""))
+              (f"; note: {pushed['conflict']}" if pushed["conflict"] else "") +
+              (f"; {pushed['refutations_left_out']} refutation(s) left out: the commons predates them"
+               if pushed.get("refutations_left_out") else ""))
     else:
         pulled = out["pull"]
         total = pulled["total"]

@@ -44,7 +44,7 @@ from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Resp
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.receive import ReceiveResult
+from neverest.memory.receive import POLICY_REFUSALS, ReceiveResult
 from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
 
@@ -353,7 +353,7 @@ class Gossip:
         peer = result.peer
         if (result.error is not None or result.is_self or peer is None or self._clean.get(url) != peer
                 or self._learned.get(peer) != result.addresses
-                or any(reason != "fork" for reason in result.applied.refused)):
+                or any(reason not in POLICY_REFUSALS for reason in result.applied.refused)):
             self._clean.pop(url, None)
             return False
         self._successes[url] = (peer, self.clock.now())
@@ -378,7 +378,9 @@ class Gossip:
                     if learned.bad:
                         holdings.count_refusal(db, f"gossip:{result.peer}", "bad-address", now, learned.bad)
                         table.failed(db, url, "bad-addresses", f"{learned.bad} unusable address(es)", now)
-                invalid = sum(n for reason, n in result.applied.refused.items() if reason != "fork")
+                # Forks and this memory's refutation bounds are refusals of records their origin
+                # signed validly: the peer that relayed them is not at fault (receive.POLICY_REFUSALS).
+                invalid = sum(n for reason, n in result.applied.refused.items() if reason not in POLICY_REFUSALS)
                 if invalid:
                     table.failed(db, url, "invalid-records", f"{invalid} invalid record(s)", now)
                 elif result.peer is not None and learned is not None and not learned.bad:

@@ -162,7 +162,7 @@ def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime, u
 
 
 def about(db: sqlite3.Connection, target: str) -> list[Held]:
-    """Every record about one lesson hash (lessons, confirmations, revocations), oldest first."""
+    """Every record about one lesson hash (lessons, confirmations, revocations, refutations), oldest first."""
     return [_held(r) for r in db.execute(
         f"SELECT {_HELD_COLUMNS} FROM records WHERE target = ? ORDER BY at, id", (target,))]
 
@@ -239,6 +239,37 @@ def current_lesson_raw(db: sqlite3.Connection, origin: str, target: str) -> byte
     row = db.execute("SELECT raw FROM records WHERE origin = ? AND target = ? AND type = 'lesson' "
                      "AND superseded = 0", (origin, target)).fetchone()
     return None if row is None else bytes(row[0])
+
+
+def published_by(db: sqlite3.Connection, origin: str, target: str) -> bool:
+    """Whether ``origin`` published a lesson record of ``target`` (any version) held here."""
+    return db.execute("SELECT 1 FROM records WHERE origin = ? AND target = ? AND type = 'lesson'",
+                      (origin, target)).fetchone() is not None
+
+
+def refuted_by(db: sqlite3.Connection, origin: str, target: str) -> bool:
+    """Whether ``origin`` signed a refutation of ``target`` held here."""
+    return db.execute("SELECT 1 FROM records WHERE origin = ? AND target = ? AND type = 'refute'",
+                      (origin, target)).fetchone() is not None
+
+
+def refuters(db: sqlite3.Connection, target: str) -> list[str]:
+    """The origins that refuted lesson ``target``, sorted."""
+    return [str(r[0]) for r in db.execute(
+        "SELECT DISTINCT origin FROM records WHERE type = 'refute' AND target = ? ORDER BY origin", (target,))]
+
+
+def refute_counts(db: sqlite3.Connection, origins: Collection[str]) -> dict[str, int]:
+    """How many refutations each of ``origins`` has held here (origins holding none are left out)."""
+    out: dict[str, int] = {}
+    items = list(set(origins))
+    for k in range(0, len(items), 500):
+        part = items[k:k + 500]
+        marks = ",".join("?" * len(part))
+        out.update((str(o), int(n)) for o, n in db.execute(
+            f"SELECT origin, count(*) FROM records WHERE type = 'refute' AND origin IN ({marks}) GROUP BY origin",
+            part))
+    return out
 
 
 def signed_about(db: sqlite3.Connection, origin: str, target: str) -> bool:

@@ -124,6 +124,22 @@ def candidate_texts(kind: str, *, title: str = "", said: str = "", expected: str
     return []
 
 
+_EXPECTED_BUT: Final = re.compile(r"^Expected .+?, but (.+)$", re.S)
+_UNEXPECTEDLY: Final = re.compile(r"^Unexpectedly, (.+)$", re.S)
+
+
+def claim_of(kind: str, text: str) -> str:
+    """What a lesson says happens: for a surprise written by the templates above, what happened
+    instead of what was expected ("Expected X, but Y" and "Unexpectedly, Y" say Y); for any other
+    lesson (another memory's wording included), its whole sentence.  The verify pass compares an
+    agent's expectation with it to tell a lesson that did not hold (sleep.py)."""
+    if kind == "surprise":
+        found = _EXPECTED_BUT.match(text) or _UNEXPECTEDLY.match(text)
+        if found:
+            return found.group(1)
+    return text
+
+
 def observation(kind: str, **fields: str) -> str | None:
     """The first candidate sentence that reads as an observation, or None."""
     for text in candidate_texts(kind, **fields):

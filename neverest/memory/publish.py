@@ -11,7 +11,10 @@
   or strength (to one decimal, so that daily decay does not re-sign everything) changed
   is signed again with a new seq, superseding the older version.
 - Confirmations are signed for lessons received from elsewhere whose predictions came
-  true here (once per lesson), and revocations on the owner's request.
+  true here (once per lesson), refutations for those whose situation arose here and that
+  did not hold (once per lesson, at most ``refute_origin_max`` in all), and revocations on
+  the owner's request.  Like confirmations, refutations name only a hash: they are signed
+  whether or not a project is published.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from neverest.memory import holdings
 from neverest.memory.queries import lessons
 from neverest.memory.queries import projects as projects_table
 from neverest.memory.store import Store, meta_value
-from neverest.records import Record, sign_confirm, sign_lesson, sign_revoke
+from neverest.records import Record, sign_confirm, sign_lesson, sign_refute, sign_revoke
 
 
 def _project_path(path: str | os.PathLike[str]) -> str:
@@ -72,6 +75,10 @@ def _lesson_record(identity: Identity, seq: int, *, kind: str, text: str, seen: 
 
 def _confirm_record(identity: Identity, target: str, at: str, seq: int) -> Record:
     return sign_confirm(identity.signing_key, target, at=at, seq=seq)
+
+
+def _refute_record(identity: Identity, target: str, at: str, seq: int) -> Record:
+    return sign_refute(identity.signing_key, target, at=at, seq=seq)
 
 
 def publishable(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
@@ -130,4 +137,32 @@ def confirm_received(store: Store, identity: Identity, lesson_ids: list[int], no
             if not holdings.signed_about(db, identity.origin, digest):
                 signed.append(_sign_next(db, identity.origin,
                                          functools.partial(_confirm_record, identity, digest, iso(now)), now))
+    return signed
+
+
+def refute_received(store: Store, identity: Identity, lesson_ids: list[int], now: datetime, *,
+                    most: int) -> list[Record]:
+    """Sign a refutation for each received lesson the verify pass found refuted here.
+
+    Never for a lesson this memory learned or published itself (its own lessons are not refuted:
+    the verify pass does not look, and a lesson learned here with the same hash is this memory's
+    own), once per lesson however often it is refuted, and no more than ``most`` in all (0: no
+    bound), the bound receivers keep per origin (``refute_origin_max``): past it they would refuse
+    them as a flood.
+    """
+    signed = []
+    with store.write() as db:
+        held = holdings.refute_counts(db, [identity.origin]).get(identity.origin, 0)
+        for lesson_id in lesson_ids:
+            row = lessons.identity(db, lesson_id)
+            if row is None or row[1] in ("", identity.origin):
+                continue
+            digest = row[0]
+            if lessons.is_own_lesson(db, digest, identity.origin) or holdings.refuted_by(db, identity.origin, digest):
+                continue
+            if most and held >= most:
+                break
+            signed.append(_sign_next(db, identity.origin,
+                                     functools.partial(_refute_record, identity, digest, iso(now)), now))
+            held += 1
     return signed

@@ -5,7 +5,11 @@
 1. verifies it (``records.parse_many``: in this process, or for batches of at least
    ``POOL_MIN_LINES`` lines in a verifying process of ``verify_pool``, which also embeds the
    batch's lesson sentences for step 4); a refusal is counted by source and reason;
-2. refuses a record signed more than ``future_tolerance_s`` after now (``future``);
+2. refuses a record signed more than ``future_tolerance_s`` after now (``future``), and a
+   refutation by the lesson's own publisher (``refute-publisher``: a lesson record of that hash
+   from that origin is held) or beyond ``refute_origin_max`` held for its origin
+   (``refute-flood``: the first ones received are kept, and the lines claiming to be refutations
+   by an origin already at the bound are refused before their signature is checked);
 3. refuses it when storing it would go over the storage budget (``over-budget``: admission.py,
    budget.py), then stores it as received (``holdings.put``): duplicates change nothing, forks
    are kept as evidence, an older version of an origin's lesson is stored but superseded;
@@ -24,7 +28,14 @@
      lesson arrives;
    - a revocation by a publisher removes that publisher's lesson here (its row is
      archived and a render drops its file); by anyone else it only counts toward the
-     commons state (commons.py).
+     commons state (commons.py);
+   - a refutation changes nothing here: it is held (for any hash, held or not, like a
+     confirmation) for the trust rule to read, and it never moves a state or a strength.
+
+Refusals of records that their origin signed validly, by this memory's own rules
+(``POLICY_REFUSALS``), are not the delivering peer's fault: a relay cannot know them, so
+peer scoring (gossip/service.py) does not count them against it.  Every other record of
+the batch is applied whatever is refused.
 
 Everything is committed in batches, so a crash loses at most the batch in progress,
 and a record is acknowledged (counted as accepted) only once committed.
@@ -59,10 +70,16 @@ from neverest.memory.embed import (
 )
 from neverest.memory.queries import lessons
 from neverest.memory.store import Store
-from neverest.records import Record, RecordError, parse_many, verified
+from neverest.records import Record, RecordError, claimed, parse_many, verified
 from neverest.verify_pool import Job, VerifierError, VerifyPool, default_processes
 
 CANDIDATE_STRENGTH: Final = 0.5
+# Refusal codes of this module's rules (records.REASONS holds the record-format ones).
+FUTURE: Final = "future"
+REFUTE_PUBLISHER: Final = "refute-publisher"  # an origin refuting a lesson it published itself
+REFUTE_FLOOD: Final = "refute-flood"  # an origin past refute_origin_max refutations held here
+# Valid records refused by this memory's own rules, which the peer that relayed them cannot know.
+POLICY_REFUSALS: Final = frozenset({"fork", REFUTE_PUBLISHER, REFUTE_FLOOD})
 # Records per transaction.
 _BATCH: Final = 500
 # Lines per verification batch (one request to a verifying process): small enough that the
@@ -84,15 +101,16 @@ class ReceiveResult:
     corroborated: int = 0
     confirmed: int = 0
     revoked: int = 0
+    refutations: int = 0  # refutations stored (they change nothing else here)
 
     def to_json(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "older": self.older, "forks": self.forks,
                 "refused": dict(self.refused), "candidates": self.candidates, "corroborated": self.corroborated,
-                "confirmed": self.confirmed, "revoked": self.revoked}
+                "confirmed": self.confirmed, "revoked": self.revoked, "refutations": self.refutations}
 
     def add(self, other: ReceiveResult) -> None:
         for name in ("accepted", "duplicates", "older", "forks", "candidates", "corroborated", "confirmed",
-                     "revoked"):
+                     "revoked", "refutations"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.refused.update(other.refused)
 
@@ -202,8 +220,10 @@ def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Conf
         _apply_lesson(db, record, own_origin, config, now, result, index, vector, unknown)
     elif record.type == "confirm":
         _apply_confirm(db, record, own_origin, config, now, result, unknown)
-    else:
+    elif record.type == "revoke":
         _apply_revoke(db, record, now, result)
+    else:  # a refutation informs the trust rule, which reads it from the records; it moves nothing here
+        result.refutations += 1
 
 
 class _Batch(NamedTuple):
@@ -243,6 +263,13 @@ class Receiver:
         self._most_out = 2 * pool.processes if pool is not None else 0
         self.origins: set[str] = set()  # of every record that reached the store (gossip/view.py)
         self.gate = admission.Gate(config, own_origin=own_origin, now=now)  # the storage budget
+        # Refutations held by origin, read once per transaction (an eviction may lower them).
+        self._refutes: dict[str, int] = {}
+        # Origins found at refute_origin_max: their further refutations are refused unverified;
+        # and those found below it when this receive first met one of their refutations.
+        self._full: set[str] = set()
+        self._below: set[str] = set()
+        self._early: Counter[str] = Counter()  # those refusals by source, until the next batch is written
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit
@@ -275,7 +302,33 @@ class Receiver:
         result.refused[admission.OVER_BUDGET] += len(fresh) - len(kept)
         if not result.refused[admission.OVER_BUDGET]:
             del result.refused[admission.OVER_BUDGET]
+        if self.config.refute_origin_max > 0:
+            before = len(kept)
+            kept = [line for line in kept if line is None or not self._flooding(db, line)]
+            if len(kept) < before:
+                result.refused[REFUTE_FLOOD] += before - len(kept)
+                self._early[source] += before - len(kept)
         return kept
+
+    def _flooding(self, db: sqlite3.Connection, line: bytes) -> bool:
+        """Whether ``line`` claims to be a refutation by an origin already at the bound here: valid or
+        not, it would be refused, so its signature is not checked, and a flood sent again at every
+        exchange costs a JSON parse a line.  (Refutations still on their way to the store are not
+        counted here: the store's check, ``_refused_refutation``, is the one that decides.)"""
+        if b'"refute"' not in line:  # every refutation holds this; most other records do not
+            return False
+        rtype, _, origin = claimed(line)
+        if rtype != "refute" or origin is None or origin == self.own_origin:
+            return False
+        if origin not in self._full:
+            if origin in self._below:
+                return False
+            held = holdings.refute_counts(db, [origin]).get(origin, 0)
+            if held < self.config.refute_origin_max:
+                self._below.add(origin)  # looked at once per receive; the store's check sees the rest
+                return False
+            self._full.add(origin)
+        return True
 
     def _take(self) -> None:
         """Take back the oldest batch out (verified, and its lessons embedded), queue it to store."""
@@ -301,7 +354,7 @@ class Receiver:
     def _store(self) -> None:
         """Store the verified batch: the one place where verified records go into the store.  The
         storage budget (admission.py) screens the batch first, in the same transaction."""
-        if not self._pending and not self.gate.early:
+        if not self._pending and not self.gate.early and not self._early:
             return
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
         # The lesson sentences verified here (not in a worker) embedded in one call: much
@@ -312,6 +365,7 @@ class Receiver:
                            HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True))
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
+            self._refutes = {}
             over = self.gate.screen(db, [(source, item) for source, item, _, _ in self._pending])
             usage = holdings.Usage()
             # Targets nothing here is about yet: the first record of each skips the look-ups that
@@ -328,6 +382,8 @@ class Receiver:
                     result.refused[reason] += 1
             usage.write(db)  # before the commit: the next batch's budget reads it
             refused.update(self.gate.take_early())
+            refused.update({(source, REFUTE_FLOOD): n for source, n in self._early.items()})
+            self._early.clear()
             for (source, reason), n in refused.items():
                 holdings.count_refusal(db, source, reason, self.now, n)
         self._pending = []
@@ -339,11 +395,17 @@ class Receiver:
         if isinstance(item, RecordError):
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
-            return "future"
-        self.origins.add(item.origin)
+            return FUTURE
         first = item.target in unknown
+        if item.type == "refute" and item.origin != self.own_origin:
+            reason = self._refused_refutation(db, item, first)
+            if reason is not None:
+                return reason
+        self.origins.add(item.origin)
         unknown.discard(item.target)
         outcome = holdings.put(db, item, source=source, now=self.now, usage=usage, unknown=first)
+        if outcome == "new" and item.type == "refute" and item.origin in self._refutes:
+            self._refutes[item.origin] += 1
         if outcome == "duplicate":
             result.duplicates += 1
         elif outcome == "fork":
@@ -354,6 +416,27 @@ class Receiver:
         else:
             result.accepted += 1
             _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector, first)
+        return None
+
+    def _refused_refutation(self, db: sqlite3.Connection, record: Record, unknown: bool) -> str | None:
+        """Why a verified refutation from another origin is refused here, or None to store it.
+
+        Its publisher's: the trust rule ignores an origin refuting its own lesson, and one held
+        here already says so (one that arrives before the lesson is kept, and ignored there).
+        Past ``refute_origin_max`` held for its origin: the first ones received stay, so a flood
+        can neither push out what an origin refuted before nor grow the store; an honest memory,
+        which signs one refutation per lesson it met and saw fail, stays far below it."""
+        if not unknown and holdings.published_by(db, record.origin, record.target):
+            return REFUTE_PUBLISHER
+        bound = self.config.refute_origin_max
+        if bound <= 0:
+            return None
+        held = self._refutes.get(record.origin)
+        if held is None:
+            held = self._refutes[record.origin] = holdings.refute_counts(db, [record.origin]).get(record.origin, 0)
+        if held >= bound and not holdings.holds(db, holdings.digest_of(record.raw)):
+            self._full.add(record.origin)
+            return REFUTE_FLOOD
         return None
 
     def close(self) -> None:

@@ -99,12 +99,15 @@ def morning_report(store: Store) -> str:
     out.append(f"- learned {len(report['learned'])} lesson(s); {report['joined']} episode(s) joined existing lessons")
     for item in report["learned"]:
         out.append(f"  - {item['kind']}: {item['text']}")
+    refuted = report.get("refuted", [])  # reports of sleeps before refutations have none
     out.append(f"- predictions confirmed: {len(report['confirmed'])}, failed: {len(report['failed'])}, "
-               f"made: {report['predicted']}")
+               f"refuted: {len(refuted)}, made: {report['predicted']}")
     for item in report["confirmed"]:
         out.append(f"  - confirmed: {item['text']}")
     for item in report["failed"]:
         out.append(f"  - failed: {item['text']}")
+    for item in refuted:
+        out.append(f"  - refuted (met here, and it did not hold): {item['text']}")
     out.append(f"- archived: {report['archived_episodes']} episode(s), {report['archived_lessons']} lesson(s); "
                f"merged: {len(report['merged'])}")
     return "\n".join(out) + "\n"

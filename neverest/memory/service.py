@@ -6,8 +6,10 @@ sequence.  The sequences are:
 
 - **ingest**: events (or JSON Lines of events, or the inbox file) become episodes,
   committed before the call returns.
-- **night**: drain the inbox; the sleep passes; confirmations of received lessons
-  that came true here; this memory's changed lessons signed; then every configured
+- **night**: drain the inbox; the sleep passes; refutations of received lessons that
+  did not hold here, then confirmations of those that came true; this memory's changed
+  lessons signed (in that order, so that a refutation is this origin's newest record only
+  on a night that signed nothing else: PROTOCOL.md §1, "Refutations"); then every configured
   transport synced; then the commons states judged and the renders written, so what
   the night received is in ``lessons.md`` the same morning.
 - **sync**: through one transport (a shared folder, an HTTP commons): sign what is
@@ -24,6 +26,7 @@ folder is optional: without one there is no inbox and nothing is rendered.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -45,6 +48,7 @@ from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
 from neverest.memory.recall import Hit, recall
+from neverest.memory.receive import REFUTE_FLOOD, REFUTE_PUBLISHER
 from neverest.memory.render import render
 from neverest.memory.sleep import sleep
 from neverest.memory.states import commons_pass
@@ -64,6 +68,16 @@ class Transport(Protocol):
     name: str
 
     def exchange(self, store: Store, identity: Identity, config: Config, now: datetime) -> dict[str, Any]: ...
+
+
+def refutation_status(db: sqlite3.Connection) -> dict[str, Any]:
+    """Refutations held (this memory's own included) and refused by the receive function's rules for
+    them, by reason (malformed or forged ones count with every other record, under ``refused``)."""
+    refused: dict[str, int] = {}
+    for r in holdings.refusals(db):
+        if r.reason in (REFUTE_PUBLISHER, REFUTE_FLOOD):
+            refused[r.reason] = refused.get(r.reason, 0) + r.count
+    return {"held": status_queries.refutations(db), "refused": refused}
 
 
 class OwnerError(ValueError):
@@ -137,6 +151,9 @@ class Memory:
         inbox = self.drain_inbox()
         now = self.clock.now()
         report = sleep(self.store, now=now, embedder=self.embedder, config=self.config, writer=self.writer())
+        refuted = [int(r["lesson"]) for r in report.refuted]
+        report.signed_refutations = len(publishing.refute_received(self.store, self.identity, refuted, now,
+                                                                   most=self.config.refute_origin_max))
         received = [int(c["lesson"]) for c in report.confirmed]
         report.signed_confirmations = len(publishing.confirm_received(self.store, self.identity, received, now))
         report.signed_lessons = len(publishing.publish(self.store, self.identity, now))
@@ -204,6 +221,7 @@ class Memory:
             "last_sleep": last.started if last else None,
             "published_projects": [p for p, _ in publishing.projects(self.store)],
             "refused": [asdict(r) for r in holdings.refusals(db)],
+            "refutations": refutation_status(db),
             "received": budget_queries.report(db, self.identity.origin, self.config.received_budget_bytes),
         }
 

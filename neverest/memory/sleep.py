@@ -10,7 +10,9 @@
 4. merge        lessons of one kind whose sources mean the same (average linkage ≥ the
                 same threshold) become one theme; the others become its aliases
 5. verify       open predictions come true when an episode of the lesson's kind happens
-                after they were made at cosine ≥ 0.5; they fail after 14 days
+                after they were made at cosine ≥ 0.5; a received lesson's is *refuted* when
+                its situation arose here and it did not hold (``refutation``); the first of
+                the two decides; else they fail after 14 days
 6. predict      one open prediction per lesson with strength ≥ 1
 
 Models are called before writing, never inside a write transaction: a slow model
@@ -42,9 +44,17 @@ import numpy.typing as npt
 
 from neverest.clock import iso, parse_time
 from neverest.config import Config
-from neverest.memory.embed import VERIFY_COSINE, Embedder, VectorRows, from_blob, join_threshold, to_blob
+from neverest.memory.embed import (
+    VERIFY_COSINE,
+    Embedder,
+    VectorRows,
+    from_blob,
+    hashed_vector,
+    join_threshold,
+    to_blob,
+)
 from neverest.memory.model import Writer
-from neverest.memory.phrasing import observation
+from neverest.memory.phrasing import claim_of, observation
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.store import Store
@@ -74,8 +84,10 @@ class SleepReport:
     merged: list[dict[str, Any]] = field(default_factory=list)
     confirmed: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
+    refuted: list[dict[str, Any]] = field(default_factory=list)  # received lessons that did not hold here
     predicted: int = 0
     signed_confirmations: int = 0  # filled by the caller that holds the key (service.py)
+    signed_refutations: int = 0
     signed_lessons: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -355,20 +367,57 @@ def _merge(store: Store, theme_id: int, old_id: int, space: str, now: datetime) 
 # -- 5. verify ------------------------------------------------------------------------
 
 
+def refutations(db: sqlite3.Connection, pred: predictions.Open) -> list[episodes.Surprise]:
+    """The surprises that refute the received lesson of ``pred``, in order: its situation arose here,
+    and it did not hold (PROTOCOL.md §1, "Refutations").
+
+    The situation arose: the hook brought the lesson into a session, given to it or withheld from it
+    because the session is held out (``injections``): the moment bore on the lesson.  It did not hold:
+    later in that session, and after the prediction was made, the agent reported a surprise whose
+    ``expected`` says what the lesson says happens (``phrasing.claim_of``) at cosine ≥ the verify
+    threshold, and whose ``happened`` does not: the agent expected what the lesson said, and something
+    else happened.  Compared in the hashed space whatever the night's space: two short texts, and
+    the same answer with or without a model.  This memory's own lessons are never refuted (they fail,
+    or come true, as before)."""
+    if pred.origin == "":
+        return []
+    claim = hashed_vector(claim_of(pred.kind, pred.text))
+    out = []
+    for surprise in episodes.surprises_after_injection(db, pred.hash, pred.made):
+        expected = float(hashed_vector(surprise.expected) @ claim)
+        happened = float(hashed_vector(surprise.happened) @ claim)
+        if expected >= VERIFY_COSINE and happened < VERIFY_COSINE:
+            out.append(surprise)
+    return out
+
+
 def verify_pass(store: Store, space: str, now: datetime, config: Config, report: SleepReport) -> None:
     window = timedelta(days=config.prediction_window_days)
     stamp = iso(now)
     for pred in predictions.open_in(store.db, space):
         vector = from_blob(pred.embedding)
-        # Episodes of the lesson's kind that happened since the prediction was made.
+        refuting = refutations(store.db, pred)
+        # Episodes of the lesson's kind that happened since the prediction was made.  A surprise that
+        # refutes the lesson is not also a hit: "expected Y, happened X" holds the words of "Expected
+        # X, but Y", and a bag of words cannot tell the two apart.
+        against = {s.id for s in refuting}
         candidates = episodes.happened_since(store.db, pred.kind, pred.made, space)
-        hit = next((ep for ep, eb in candidates if float(from_blob(eb) @ vector) >= VERIFY_COSINE), None)
+        hit = next(((ep, at) for ep, at, eb in candidates
+                    if ep not in against and float(from_blob(eb) @ vector) >= VERIFY_COSINE), None)
         entry = {"prediction": pred.id, "lesson": pred.lesson_id, "text": pred.text}
-        if hit is not None:
+        first_refuting = refuting[0] if refuting else None
+        if first_refuting is not None and (hit is None or first_refuting.at < hit[1]):
+            # The first test decides: a refutation before any confirming episode (a tie goes to the
+            # confirmation).  Weakened like a failure; the caller signs the refutation (publish.py).
             with store.write() as w:
-                predictions.confirm(w, pred.id, hit, stamp)
+                predictions.refute(w, pred.id, first_refuting.id, stamp)
+                lessons.strengthen(w, pred.lesson_id, -config.fail_step, float("inf"), stamp)
+            report.refuted.append(entry | {"episode": first_refuting.id, "hash": pred.hash})
+        elif hit is not None:
+            with store.write() as w:
+                predictions.confirm(w, pred.id, hit[0], stamp)
                 lessons.strengthen(w, pred.lesson_id, config.confirm_step, config.strength_cap, stamp)
-            report.confirmed.append(entry | {"episode": hit})
+            report.confirmed.append(entry | {"episode": hit[0]})
         elif now - parse_time(pred.made) >= window:
             with store.write() as w:
                 predictions.fail(w, pred.id, stamp)

@@ -99,7 +99,9 @@ def verdict(db: sqlite3.Connection, target: str, *, now: datetime, config: Confi
     held = holdings.about(db, target) if held is None else held
     since = None
     if config.trust in ("vouched", "earned") and held:
-        since = min(parse_time(h.received) for h in held)
+        # From the first lesson, confirmation or revocation held: a refutation sent ahead of a lesson
+        # must not start its quarantine early (it is no evidence for it).
+        since = min((parse_time(h.received) for h in held if h.type != "refute"), default=None)
     return judge(facts(held), now=now, config=commons_config(config),
                  counts=trust_filter(db, config, own_origin) if counts is None else counts,
                  tombstone=holdings.tombstone(db, target), held_since=since,

@@ -52,8 +52,8 @@ async def serve_nightly(state: DaemonState, gossip_round: Callable[[], Awaitable
         await trio.sleep(max(wait_s, 1.0))
         try:
             out = await night(state)
-            log.info("sleep: %d lesson(s) learned, %d confirmed, %d failed", len(out["learned"]),
-                     len(out["confirmed"]), len(out["failed"]))
+            log.info("sleep: %d lesson(s) learned, %d confirmed, %d failed, %d refuted", len(out["learned"]),
+                     len(out["confirmed"]), len(out["failed"]), len(out["refuted"]))
         except StoreError as exc:
             log.warning("sleep: %s", exc)
             continue

@@ -9,7 +9,9 @@ record pulled still goes through the one receive function here (PROTOCOL.md §14
   for a first push, so two writers of one origin (a key copied to two machines, a
   restored backup) never silently overwrite each other.  On 412 the client reads the
   current ETag and tries once more: the file is this origin's own, so the newer
-  content is ours to write, but the conflict is reported.
+  content is ours to write, but the conflict is reported.  A commons older than the
+  refutation record refuses a whole file holding one (422, reason ``bad-type`` at that
+  line): the client then pushes once more without its refutations, and reports it.
 - ``pull``: ``GET /commons/index`` with ``If-None-Match``: a memory already up to date
   pays one small request answered 304.  Otherwise it fetches only the files whose ETag
   changed since it last read them, each conditional too.
@@ -45,6 +47,7 @@ from neverest.memory import holdings
 from neverest.memory.admission import OVER_BUDGET
 from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
+from neverest.records import claimed
 from neverest.transports.announce import sign_announcement
 from neverest.transports.commons_protocol import (
     ANNOUNCE_PATH,
@@ -77,11 +80,13 @@ class CommonsUnreachable(CommonsError):
 
 
 class CommonsRefused(CommonsError):
-    """The commons answered and refused; ``status`` is its HTTP status."""
+    """The commons answered and refused; ``status`` is its HTTP status, and for a refused file
+    ``reason`` and ``line`` the refusal code and line number (from 1) it named, when it did."""
 
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, status: int, *, reason: str | None = None, line: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.reason, self.line = reason, line
 
 
 @dataclass
@@ -127,8 +132,10 @@ def _refusal(exc: httpclient.PeerRefused) -> CommonsRefused:
         body = json.loads(exc.detail)
         said = f"HTTP {exc.status} {body['error']}: {body['message']}"
     except (ValueError, TypeError, KeyError):
-        said = str(exc)
-    return CommonsRefused(said, exc.status)
+        return CommonsRefused(str(exc), exc.status)
+    reason, line = body.get("reason"), body.get("line")
+    return CommonsRefused(said, exc.status, reason=reason if isinstance(reason, str) else None,
+                          line=line if type(line) is int else None)
 
 
 def _request(client: httpx.Client, method: str, url: str, *, max_bytes: int, accept: Container[int],
@@ -164,12 +171,15 @@ def _get(client: httpx.Client, url: str, limit: int, etag: str | None) -> tuple[
     return answer.status, answer.body, answer.headers.get("etag")
 
 
-def own_file(store: Store, identity: Identity) -> tuple[bytes, int]:
-    """This memory's records for the commons: the newest that fit its limits, in seq order."""
+def own_file(store: Store, identity: Identity, *, refutations: bool = True) -> tuple[bytes, int]:
+    """This memory's records for the commons: the newest that fit its limits, in seq order
+    (without refutations, for a commons that predates them)."""
     records = holdings.of_origin(store.db, identity.origin, current_only=True)
     chosen: list[bytes] = []
     size = 0
     for held in reversed(records):
+        if not refutations and held.type == "refute":
+            continue
         if len(chosen) == MAX_RECORDS or size + len(held.raw) + 1 > MAX_FILE_BYTES:
             break
         chosen.append(held.raw)
@@ -185,8 +195,11 @@ def push(store: Store, identity: Identity, url: str, token: str, *,
     memo = load_memo(store, base)
     target = base + file_path(identity.origin)
     conflict = None
+    left_out = 0
+    tries = 2
     with _client(token, transport) as client:
-        for _ in range(2):
+        while tries:
+            tries -= 1
             etag = memo.get("own")
             headers = {"content-type": RECORDS_CONTENT_TYPE} | (
                 {"if-match": etag} if etag else {"if-none-match": "*"})
@@ -194,11 +207,19 @@ def push(store: Store, identity: Identity, url: str, token: str, *,
                 answer = _request(client, "PUT", target, content=body, headers=headers, max_bytes=MAX_ANSWER_BYTES,
                                   accept=(200, 201, 204, 412))
             except CommonsRefused as exc:
-                raise CommonsRefused(f"push refused: {exc}", exc.status) from None
+                if not left_out and _refused_a_refutation(exc, body):
+                    # A commons from before refutations (PROTOCOL.md §1, "Refutations"): this memory's
+                    # lessons, confirmations and revocations still go there, its refutations do not.
+                    left_out = sum(claimed(line)[0] == "refute" for line in body.splitlines())
+                    body, count = own_file(store, identity, refutations=False)
+                    tries += 1
+                    continue
+                raise CommonsRefused(f"push refused: {exc}", exc.status, reason=exc.reason, line=exc.line) from None
             if answer.status != 412:
                 memo["own"] = answer.headers.get("etag")
                 save_memo(store, base, memo)
-                return {"records": count, "bytes": len(body), "etag": memo["own"], "conflict": conflict}
+                return {"records": count, "bytes": len(body), "etag": memo["own"], "conflict": conflict,
+                        "refutations_left_out": left_out}
             # Someone else wrote this origin's file (another machine with this key, a restored
             # backup): read what is there now, report it, and write ours over it once.
             try:
@@ -210,6 +231,15 @@ def push(store: Store, identity: Identity, url: str, token: str, *,
             conflict = f"the commons held another version ({current or 'none'}) than the one last written here"
             memo["own"] = current if status == 200 else None
     raise CommonsRefused(f"push refused twice: {conflict}", 412)
+
+
+def _refused_a_refutation(exc: CommonsRefused, body: bytes) -> bool:
+    """Whether the commons refused the file as ``bad-type`` at a line of ``body`` that is a refutation:
+    what a commons that predates the record type answers (it knows three types)."""
+    if exc.status != 422 or exc.reason != "bad-type" or exc.line is None or exc.line < 1:
+        return False
+    lines = body.split(b"\n")
+    return exc.line <= len(lines) and claimed(lines[exc.line - 1])[0] == "refute"
 
 
 def pull(store: Store, identity: Identity, url: str, token: str, config: Config, now: datetime, *,

@@ -161,11 +161,29 @@ def vectors_of(db: sqlite3.Connection, episode_ids: Sequence[str], space: str) -
         (space, *episode_ids))]
 
 
-def happened_since(db: sqlite3.Connection, kind: str, since: str, space: str) -> list[tuple[str, bytes]]:
-    """(id, embedding) of the episodes of ``kind`` after ``since``, in order: what verifies a prediction."""
-    return [(str(r[0]), bytes(r[1])) for r in db.execute(
-        "SELECT id, embedding FROM episodes WHERE kind = ? AND at > ? AND space = ? ORDER BY at, id",
+def happened_since(db: sqlite3.Connection, kind: str, since: str, space: str) -> list[tuple[str, str, bytes]]:
+    """(id, at, embedding) of the episodes of ``kind`` after ``since``, in order: what verifies a prediction."""
+    return [(str(r[0]), str(r[1]), bytes(r[2])) for r in db.execute(
+        "SELECT id, at, embedding FROM episodes WHERE kind = ? AND at > ? AND space = ? ORDER BY at, id",
         (kind, since, space))]
+
+
+class Surprise(NamedTuple):
+    id: str
+    at: str
+    expected: str
+    happened: str
+
+
+def surprises_after_injection(db: sqlite3.Connection, lesson: str, since: str) -> list[Surprise]:
+    """The surprise episodes after ``since`` of the sessions the hook brought lesson hash ``lesson`` into
+    (given, or withheld from a held-out session: table ``injections``), each after the lesson was, in
+    order: where the verify pass looks for a refutation of it."""
+    return [Surprise(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in db.execute(
+        "SELECT e.id, e.at, e.expected, e.happened FROM episodes e "
+        "JOIN injections i ON i.session = e.session AND i.lesson = ? "
+        "WHERE e.kind = 'surprise' AND e.session != '' AND e.at > i.at AND e.at > ? ORDER BY e.at, e.id",
+        (lesson, since))]
 
 
 # -- forget and export ----------------------------------------------------------------

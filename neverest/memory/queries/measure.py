@@ -37,9 +37,10 @@ def lesson_vectors(db: sqlite3.Connection) -> list[LessonVector]:
 
 
 def resolved_predictions(db: sqlite3.Connection, since: str) -> list[tuple[str, str]]:
-    """(resolved, outcome) of the predictions resolved confirmed or failed since ``since``."""
+    """(resolved, outcome) of the predictions resolved confirmed, failed or refuted since ``since``."""
     return [(str(r[0]), str(r[1])) for r in db.execute(
-        "SELECT resolved, outcome FROM predictions WHERE resolved >= ? AND outcome IN ('confirmed', 'failed')",
+        "SELECT resolved, outcome FROM predictions WHERE resolved >= ? "
+        "AND outcome IN ('confirmed', 'failed', 'refuted')",
         (since,))]
 
 

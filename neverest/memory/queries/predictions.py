@@ -1,4 +1,4 @@
-"""The ``predictions`` table: one open prediction per lesson, resolved confirmed, failed or merged."""
+"""The ``predictions`` table: one open prediction per lesson, resolved confirmed, failed, refuted or merged."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ class Open(NamedTuple):
     embedding: bytes
     kind: str  # the lesson's
     text: str
+    hash: str  # the lesson's
+    origin: str  # the lesson's: '' for this memory's own, else the origin it was received from
 
 
 def open_in(db: sqlite3.Connection, space: str) -> list[Open]:
-    """Open predictions whose vector is in ``space``, with their lesson's kind and sentence."""
+    """Open predictions whose vector is in ``space``, with their lesson's kind, sentence, hash and origin."""
     return [Open(*r) for r in db.execute(
-        "SELECT p.id, p.lesson_id, p.made, p.embedding, l.kind, l.text FROM predictions p "
+        "SELECT p.id, p.lesson_id, p.made, p.embedding, l.kind, l.text, l.hash, l.origin FROM predictions p "
         "JOIN lessons l ON l.id = p.lesson_id WHERE p.resolved IS NULL AND p.space = ?", (space,))]
 
 
@@ -30,6 +32,12 @@ def make(db: sqlite3.Connection, lesson_id: int, text: str, made: str, space: st
 
 def confirm(db: sqlite3.Connection, prediction_id: int, episode_id: str, now: str) -> None:
     db.execute("UPDATE predictions SET resolved = ?, outcome = 'confirmed', episode_id = ? WHERE id = ?",
+               (now, episode_id, prediction_id))
+
+
+def refute(db: sqlite3.Connection, prediction_id: int, episode_id: str, now: str) -> None:
+    """The lesson's situation arose here and it did not hold: ``episode_id`` is the surprise that says so."""
+    db.execute("UPDATE predictions SET resolved = ?, outcome = 'refuted', episode_id = ? WHERE id = ?",
                (now, episode_id, prediction_id))
 
 
@@ -44,12 +52,17 @@ def close_merged(db: sqlite3.Connection, lesson_id: int, now: str) -> None:
 
 
 def outcomes_by_hash(db: sqlite3.Connection) -> dict[str, set[str]]:
-    """For each lesson hash, the outcomes its resolved predictions had."""
+    """For each lesson hash, the outcomes its resolved predictions had.  A refuted prediction is a
+    failure with evidence: it is reported as both ``refuted`` and ``failed``, so that what reads
+    failures (the ``vouched`` policy: "failed and never came true") counts it as before."""
     out: dict[str, set[str]] = {}
     for digest, outcome in db.execute(
             "SELECT l.hash, p.outcome FROM predictions p JOIN lessons l ON l.id = p.lesson_id "
             "WHERE p.outcome IS NOT NULL"):
-        out.setdefault(str(digest), set()).add(str(outcome))
+        seen = out.setdefault(str(digest), set())
+        seen.add(str(outcome))
+        if outcome == "refuted":
+            seen.add("failed")
     return out
 
 

@@ -25,6 +25,11 @@ def counts(db: sqlite3.Connection) -> Counts:
     return Counts(*(int(n) for n in row))
 
 
+def refutations(db: sqlite3.Connection) -> int:
+    """Refutation records held."""
+    return int(db.execute("SELECT count(*) FROM records WHERE type = 'refute'").fetchone()[0])
+
+
 def known_peer_origins(db: sqlite3.Connection) -> set[str]:
     """Every origin in the peer table (the ``peers`` trust policy counts them).  Belongs with
     peers/table.py; it is here until that module offers it."""
