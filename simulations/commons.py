@@ -387,7 +387,7 @@ class Run:
             agent = w.agents[h]
             les, origin, kind, valid = w.arrays
             n = len(w.ledger)
-            support = w.held[h, :n] & valid & (kind != REVOKE)
+            support = w.held[h, :n] & valid & ((kind == LESSON) | (kind == CONFIRM))  # refutations support nothing
             verified = _by_origin(support & np.isin(les, list(agent.verified)), origin, les, w.origins)
             refuted = _by_origin(support & np.isin(les, list(agent.refuted)), origin, les, w.origins)
             counts = vouched(verified, refuted, resolved=len(agent.verified | agent.refuted), own=w.origins[h],
