@@ -68,8 +68,11 @@ def lessons(opts: WorldOptions, false_count: int, rng: random.Random) -> list[Le
         text = f"the build of stack {c} fails with error E{100 + i} after a lockfile upgrade"
         out.append(Lesson(i, c, True, text, lesson_hash(KIND, text)))
     for k in range(false_count):
-        i = opts.true_lessons + k
-        c = rng.randrange(opts.contexts)
-        text = f"the test runner of stack {c} drops output when error E{100 + i} is raised"
-        out.append(Lesson(i, c, False, text, lesson_hash(KIND, text)))
+        out.append(false_lesson(opts.true_lessons + k, rng.randrange(opts.contexts)))
     return out
+
+
+def false_lesson(index: int, context: int) -> Lesson:
+    """The false claim number ``index``, about ``context`` (an adversary may choose where to place it)."""
+    text = f"the test runner of stack {context} drops output when error E{100 + index} is raised"
+    return Lesson(index, context, False, text, lesson_hash(KIND, text))
