@@ -206,6 +206,8 @@ class RareContexts(Strategy):
                 workers[c] += 1
         ranked = sorted((c for c in workers if workers[c] > 0), key=lambda c: (workers[c], c))
         chosen = ranked[:self.tactics.rare_contexts]
+        if not chosen:
+            return  # no honest agent works anywhere: nowhere to hide a lie from
         for k, f in enumerate(le.index for le in world.lessons if not le.true):
             world.lessons[f] = false_lesson(f, chosen[k % len(chosen)])
 

@@ -95,7 +95,7 @@ class Honest:
 
 
 class World:
-    def __init__(self, opts: Options, tactic: Strategy) -> None:
+    def __init__(self, opts: Options, play: Strategy) -> None:
         self.opts, w = opts, opts.world
         n = opts.agents
         rng = stream(opts.seed, "world")
@@ -107,23 +107,23 @@ class World:
         self.is_adv = np.zeros(n, dtype=bool)
         self.is_adv[self.adversaries] = True
         self.honest = [i for i in range(n) if not self.is_adv[i]]
-        n_syb = tactic.sybils(n_adv, len(self.honest), w.sybils_per_adversary)
+        n_syb = play.sybils(n_adv, len(self.honest), w.sybils_per_adversary)
         self.keys = [_identity(opts.seed, i) for i in range(n + n_syb)]
         self.origins = [k.origin for k in self.keys]
         self._signers: list[Signer | None] = [None] * len(self.keys)
         # Sybil s belongs to adversary s mod n_adv: each adversary relays every n_adv-th.
         self.sybils_of = {a: [n + s for s in range(j, n_syb, n_adv)] for j, a in enumerate(self.adversaries)}
-        self.lessons: list[Lesson] = lessons(w, tactic.false_count(n_adv, w.false_per_adversary), rng)
+        self.lessons: list[Lesson] = lessons(w, play.false_count(n_adv, w.false_per_adversary), rng)
         self.agents = {h: Honest(sorted(rng.sample(range(w.contexts), w.contexts_per_agent))) for h in self.honest}
         self.peers = [rng.sample([j for j in range(n) if j != i], min(w.peers_per_agent, n - 1)) for i in range(n)]
-        tactic.place(self)
+        play.place(self)
         self.true = [le.index for le in self.lessons if le.true]
         self.false = [le.index for le in self.lessons if not le.true]
         self.by_context: dict[int, list[int]] = {}
         for le in self.lessons:
             self.by_context.setdefault(le.context, []).append(le.index)
         self.false_author = {f: rng.choice(self.adversaries) for f in self.false} if self.adversaries else {}
-        self.false_night = {f: tactic.publish_night(1 + rng.randrange(max(1, w.false_publish_nights)))
+        self.false_night = {f: play.publish_night(1 + rng.randrange(max(1, w.false_publish_nights)))
                             for f in self.false}
         # Lessons each adversary key (the adversary's own and its Sybils') has acted on.
         self.acted: dict[int, set[int]] = {k: set() for a in self.adversaries for k in (a, *self.sybils_of[a])}

@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -76,7 +76,7 @@ def cells(opts: Options) -> list[Cell]:
 def run_cell(opts: Options, cell: Cell) -> dict[str, Any]:
     result = commons.run(commons.Options(
         agents=cell.agents, adversaries=opts.adversaries, nights=opts.nights, trust=opts.trust, seed=cell.seed,
-        world=WorldOptions(**{**opts.world.__dict__, "sybils_per_adversary": opts.sybils}), config=opts.config,
+        world=replace(opts.world, sybils_per_adversary=opts.sybils), config=opts.config,
         strategy=cell.strategy, fading=False, quiet=True))
     return {k: result[k] for k in _KEPT}
 

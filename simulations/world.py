@@ -12,8 +12,9 @@
   claimed outcome never happens.  An honest agent that holds one and does the thing in
   a session sees its prediction fail: a refutation, a fact only that agent knows.
 - **Adversaries** are ordinary members: they gossip, and honest agents' peer tables hold
-  them at their share of the population.  They publish the false lessons (spread over
-  the first ``false_publish_nights`` nights), confirm every false lesson they hold, echo a
+  them at their share of the population.  What they do is their strategy
+  (adversaries.py); the default, ``collude``: publish the false lessons (spread over the
+  first ``false_publish_nights`` nights), confirm every false lesson they hold, echo a
   confirmation of every true lesson they hold to build a track record, run
   ``sybils_per_adversary`` Sybil keys that do the same (relayed by their adversary; not
   peers), and forge one record a night (a confirmation under an honest agent's key,
