@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neverest.config import Config
-from simulations import commons, dissemination, load, report, robustness, transports
+from simulations import commons, dissemination, load, report, robustness, sweep, transports
+from simulations.adversaries import STRATEGIES
 from simulations.world import WorldOptions
 
 
@@ -38,6 +39,38 @@ def _positive(text: str) -> int:
     return value
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    """``30,100,1000`` or ``1-10`` (or both: ``1-3,7``): positive integers, each once, in order."""
+    values: list[int] = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            values.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 30,100,1000 or a range like 1-10") from None
+    if not values or min(values) < 1 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} must name positive integers, each once")
+    return tuple(values)
+
+
+def _strategies(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return STRATEGIES
+    names = tuple(text.split(","))
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: name strategies once each, from {', '.join(STRATEGIES)}, "
+                                         "or all")
+    return names
+
+
+def _sybils(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of Sybil keys (0 or more)")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,10 +90,34 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--nights", type=_positive, required=True)
     c.add_argument("--false-per-adversary", type=float, default=WorldOptions.false_per_adversary,
                    help="false lessons the adversaries publish, per adversary")
+    c.add_argument("--strategy", choices=STRATEGIES, default="collude",
+                   help="what the adversaries do (simulations/adversaries.py; default collude)")
+    c.add_argument("--sybils", type=_sybils, default=WorldOptions.sybils_per_adversary,
+                   help=f"Sybil keys per adversary (default {WorldOptions.sybils_per_adversary}; "
+                        "sybil-swarm sets its own)")
     c.add_argument("--no-fading", action="store_true", help="skip measuring fading_nights (the slow part)")
     c.add_argument("--exchange", choices=("ideal", "real"), default="ideal",
                    help="how records move: the ideal anti-entropy (default), or the real gossip engine (small N)")
     _common(c)
+
+    sw = sub.add_parser("sweep", help="the commons experiment for every strategy, N and seed, against the "
+                                      "targets (exit 1 if a cell misses them)")
+    sw.add_argument("--agents", type=_ints, default=sweep.Options.agents, help="sizes, e.g. 30,100,1000 (default)")
+    sw.add_argument("--seeds", type=_ints, default=sweep.Options.seeds, help="seeds, e.g. 1-10 (default)")
+    sw.add_argument("--strategies", type=_strategies, default=STRATEGIES,
+                    help="comma-separated strategies, or all (default)")
+    sw.add_argument("--trust", choices=commons.POLICIES, default=sweep.Options.trust,
+                    help=f"the honest agents' trust policy (default {sweep.Options.trust})")
+    sw.add_argument("--nights", type=_positive, default=sweep.Options.nights)
+    sw.add_argument("--sybils", type=_sybils, default=sweep.Options.sybils,
+                    help=f"Sybil keys per adversary (default {sweep.Options.sybils})")
+    sw.add_argument("--workers", type=_positive, default=sweep.Options.workers,
+                    help="processes running cells (default 2; the figures do not depend on it)")
+    sw.add_argument("--json", action="store_true", help="print one JSON object (every cell) instead of the table")
+    sw.add_argument("--out", type=Path, default=Path("sim-out"),
+                    help="folder for sweep.md and the PNG plots (default sim-out)")
+    sw.add_argument("--no-plots", action="store_true", help="write neither sweep.md nor plots")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
 
     r = sub.add_parser("robustness", help="loss, a partition that heals, churn: rounds to converge after each")
     r.add_argument("--agents", type=_positive, default=1000)
@@ -106,13 +163,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.experiment == "commons":
         if args.agents < 2:
             parser().error("--agents must be at least 2")
-        world = WorldOptions(false_per_adversary=args.false_per_adversary)
+        world = WorldOptions(false_per_adversary=args.false_per_adversary, sybils_per_adversary=args.sybils)
         result = commons.run(commons.Options(
             agents=args.agents, adversaries=args.adversaries, nights=args.nights, trust=args.trust, seed=args.seed,
-            world=world, config=Config(), fading=not args.no_fading, exchange=args.exchange, out=out,
-            quiet=args.quiet))
+            world=world, config=Config(), strategy=args.strategy, fading=not args.no_fading, exchange=args.exchange,
+            out=out, quiet=args.quiet))
         report.emit(result, commons.summary(result), as_json=args.json)
         return 0
+    if args.experiment == "sweep":
+        if min(args.agents) < 2:
+            parser().error("--agents must be at least 2")
+        result = sweep.run(sweep.Options(
+            agents=args.agents, seeds=args.seeds, strategies=args.strategies, trust=args.trust, nights=args.nights,
+            sybils=args.sybils, workers=args.workers, out=out, quiet=args.quiet))
+        report.emit(result, sweep.summary(result), as_json=args.json)
+        return 0 if result["passed"] else 1
     if args.experiment == "robustness":
         if args.agents < 2:
             parser().error("--agents must be at least 2")

@@ -4,8 +4,9 @@ Agents, honest and adversarial (world.py), live ``nights`` nights.  Each night:
 
 1. **sessions**: honest agents meet true phenomena and test the lessons they hold
    (world.py); what they learn is signed with the real ``records`` functions at their
-   sleep: their own lesson, or a confirmation of a received one.  Adversaries publish,
-   confirm, echo and forge (world.py).
+   sleep: their own lesson, a confirmation of a received one, or, once per false lesson
+   it holds and meets, a refutation.  The adversaries then play their strategy
+   (adversaries.py: ``--strategy``, default ``collude``).
 2. **gossip**: ``rounds_per_night`` rounds in which each agent exchanges with ``fanout``
    peers of its table.  Records move as the ideal anti-entropy moves them (both sides
    leave holding the union), which the ``dissemination`` experiment shows the real gossip
@@ -14,10 +15,9 @@ Agents, honest and adversarial (world.py), live ``nights`` nights.  Each night:
    minutes.  ``exchange="real"`` (``--exchange real``) runs it instead, for smaller
    networks: every record then moves through ``engine.Simulation`` (real stores, real
    exchanges over the same peer tables, the receive function), and what each store holds
-   is read back after the night's rounds.  Every record is verified once by the real
-   ``records.parse`` (the result is a pure function of its bytes); an honest agent never
-   holds one that fails, so forged records stay with the adversaries.  A replayed record
-   has the bytes of one already held: it changes nothing.
+   is read back after the night's rounds.  Every record is verified once (ledger.py); an
+   honest agent never holds one that fails, so forged records stay with the adversaries.
+   A replayed record has the bytes of one already held: it changes nothing.
 3. **judging**: every honest agent judges every lesson it holds records about with the
    real ``neverest.commons.judge``, under its trust policy, and keeps the tombstones the
    verdicts ask for, as ``memory/states.commons_pass`` does.
@@ -35,8 +35,10 @@ policy does not count are left out before judging: ``judge`` ignores them (commo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,27 +50,22 @@ import numpy as np
 import numpy.typing as npt
 
 from neverest.clock import iso
-from neverest.commons import (
-    COMMON,
-    CommonsConfig,
-    Evidence,
-    Fact,
-    TrustConfig,
-    counted_origins,
-    fact_of,
-    judge,
-    vouched,
-)
+from neverest.commons import COMMON, CommonsConfig, Evidence, Fact, TrustConfig, counted_origins, judge, vouched
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.records import Record, RecordError, parse, sign_confirm, sign_lesson, sign_refute, sign_revoke
+from neverest.records import Record, sign_confirm, sign_lesson, sign_refute, sign_revoke
 from simulations import report
+from simulations.adversaries import STRATEGIES, Strategy, Tactics, strategy
 from simulations.engine import EPOCH, Simulation, stream
+from simulations.ledger import CONFIRM, KIND_OF, LESSON, REFUTE, REVOKE, Held, Ledger, bits
+from simulations.signer import Signer
 from simulations.world import KIND, Lesson, WorldOptions, lessons
 
+__all__ = ["CONFIRM", "LESSON", "POLICIES", "REFUTE", "REVOKE", "STRATEGIES", "Ledger", "Options", "Run", "World",
+           "run"]
+
 POLICIES = ("any", "peers", "vouched", "earned")
-LESSON, CONFIRM, REVOKE, REFUTE = 0, 1, 2, 3
 
 
 @dataclass
@@ -80,48 +77,13 @@ class Options:
     seed: int = 1
     world: WorldOptions = field(default_factory=WorldOptions)
     config: Config = field(default_factory=Config)
+    strategy: str = "collude"  # what the adversaries do (adversaries.py)
+    tactics: Tactics = field(default_factory=Tactics)
     revoke_night: int | None = None  # default: the middle of the run
     fading: bool = True  # measure fading_nights after the last night
     exchange: str = "ideal"  # how records move: "ideal" anti-entropy, or "real": the gossip engine (engine.py)
     out: Path | None = None
     quiet: bool = False
-
-
-class Ledger:
-    """Every record made in the run, verified once, with what judging needs about it."""
-
-    def __init__(self) -> None:
-        self.raw: list[bytes] = []
-        self.facts: list[Fact | None] = []  # None: refused by records.parse
-        self.lesson: list[int] = []
-        self.origin: list[int] = []
-        self.kind: list[int] = []
-        self.by_digest: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.raw)
-
-    def add(self, raw: bytes, lesson: int, origin: int, *, record: Record | None = None) -> int:
-        """Verify ``raw`` with the real ``records.parse``, or take ``record``, which the signing
-        functions return only after parsing the bytes they signed, exactly as a receiver would."""
-        try:
-            record = parse(raw) if record is None else record
-            fact: Fact | None = fact_of(record)
-            kind = {"lesson": LESSON, "confirm": CONFIRM, "revoke": REVOKE, "refute": REFUTE}[record.type]
-        except RecordError:
-            fact, kind = None, CONFIRM
-        self.by_digest[holdings.digest_of(raw)] = len(self.raw)
-        self.raw.append(raw)
-        self.facts.append(fact)
-        self.lesson.append(lesson)
-        self.origin.append(origin)
-        self.kind.append(kind)
-        return len(self.raw) - 1
-
-    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int8],
-                              npt.NDArray[np.bool_]]:
-        return (np.array(self.lesson, dtype=np.int32), np.array(self.origin, dtype=np.int32),
-                np.array(self.kind, dtype=np.int8), np.array([f is not None for f in self.facts], dtype=bool))
 
 
 @dataclass
@@ -135,7 +97,7 @@ class Honest:
 
 
 class World:
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, play: Strategy) -> None:
         self.opts, w = opts, opts.world
         n = opts.agents
         rng = stream(opts.seed, "world")
@@ -147,43 +109,74 @@ class World:
         self.is_adv = np.zeros(n, dtype=bool)
         self.is_adv[self.adversaries] = True
         self.honest = [i for i in range(n) if not self.is_adv[i]]
-        n_syb = n_adv * w.sybils_per_adversary
+        n_syb = play.sybils(n_adv, len(self.honest), w.sybils_per_adversary)
         self.keys = [_identity(opts.seed, i) for i in range(n + n_syb)]
         self.origins = [k.origin for k in self.keys]
-        self.sybils_of = {a: [n + k * n_adv + j for k in range(w.sybils_per_adversary)]
-                          for j, a in enumerate(self.adversaries)}
-        self.lessons: list[Lesson] = lessons(w, round(w.false_per_adversary * n_adv), rng)
+        self._signers: list[Signer | None] = [None] * len(self.keys)
+        # Sybil s belongs to adversary s mod n_adv: each adversary relays every n_adv-th.
+        self.sybils_of = {a: [n + s for s in range(j, n_syb, n_adv)] for j, a in enumerate(self.adversaries)}
+        self.lessons: list[Lesson] = lessons(w, play.false_count(n_adv, w.false_per_adversary), rng)
+        self.agents = {h: Honest(sorted(rng.sample(range(w.contexts), w.contexts_per_agent))) for h in self.honest}
+        self.peers = [rng.sample([j for j in range(n) if j != i], min(w.peers_per_agent, n - 1)) for i in range(n)]
+        play.place(self)
         self.true = [le.index for le in self.lessons if le.true]
         self.false = [le.index for le in self.lessons if not le.true]
         self.by_context: dict[int, list[int]] = {}
         for le in self.lessons:
             self.by_context.setdefault(le.context, []).append(le.index)
-        self.agents = {h: Honest(sorted(rng.sample(range(w.contexts), w.contexts_per_agent))) for h in self.honest}
-        self.peers = [rng.sample([j for j in range(n) if j != i], min(w.peers_per_agent, n - 1)) for i in range(n)]
         self.false_author = {f: rng.choice(self.adversaries) for f in self.false} if self.adversaries else {}
-        self.false_night = {f: 1 + rng.randrange(max(1, w.false_publish_nights)) for f in self.false}
-        # Lessons each adversary key (the adversary's own and its Sybils') has supported.
-        self.adv_supported: dict[int, set[int]] = {k: set() for a in self.adversaries for k in (a, *self.sybils_of[a])}
+        self.false_night = {f: play.publish_night(1 + rng.randrange(max(1, w.false_publish_nights)))
+                            for f in self.false}
+        # Lessons each adversary key (the adversary's own and its Sybils') has acted on.
+        self.acted: dict[int, set[int]] = {k: set() for a in self.adversaries for k in (a, *self.sybils_of[a])}
         self.ledger = Ledger()
-        self.held = np.zeros((n, 1024), dtype=bool)
+        # Holdings by batch (ledger.py): one integer per agent, bit b set when it holds batch b.
+        self.batched = opts.exchange == "ideal"
+        self.rows = [0] * n
+        self.valid_batches = 0  # bit b: batch b's records are valid
+        self.batch_size: list[int] = []
+        self._open: dict[tuple[int, bool], int] = {}  # (holder, valid) -> the batch it fills until the next gossip
+        self.lesson_batches: dict[int, int] = {}  # lesson -> the batches holding a valid lesson record of it
+        self.held = Held(self.rows, self.ledger)
         self.seq = [0] * len(self.keys)  # each key's last seq: gossip moves records by (origin, seq)
         self.on_hold: Callable[[int, Record, datetime], None] | None = None  # the real engine's stores
         self.refresh()
 
     # -- records --------------------------------------------------------------------------
 
-    def _hold(self, agent: int, rec: int) -> None:
-        if rec >= self.held.shape[1]:
-            grown = np.zeros((self.held.shape[0], self.held.shape[1] * 2), dtype=bool)
-            grown[:, :self.held.shape[1]] = self.held
-            self.held = grown
-        self.held[agent, rec] = True
+    def _add(self, record: Record | None, raw: bytes, lesson: int, origin: int, holder: int, when: datetime,
+             fact: Fact | None = None) -> int:
+        """Keep a record held by ``holder``; ``fact``: the record's, when the caller made it (signer.py)."""
+        kind = KIND_OF[record.type] if record is not None and fact is not None else None
+        if kind is None:
+            fact, kind = Ledger.check(raw, record)
+        valid = fact is not None
+        batch = self._open.get((holder, valid)) if self.batched else None
+        if batch is None:
+            batch = len(self.batch_size)
+            self.batch_size.append(0)
+            if self.batched:
+                self._open[holder, valid] = batch
+            if valid:
+                self.valid_batches |= 1 << batch
+            self.rows[holder] |= 1 << batch
+        self.batch_size[batch] += 1
+        rec = self.ledger.append(raw, fact, kind, lesson, origin, batch)
+        if valid and kind == LESSON:
+            self.lesson_batches[lesson] = self.lesson_batches.get(lesson, 0) | (1 << batch)
+        if record is not None and self.on_hold is not None:
+            self.on_hold(holder, record, when)
+        return rec
+
+    def _next_seq(self, signer: int) -> int:
+        self.seq[signer] += 1
+        return self.seq[signer]
 
     def sign(self, signer: int, holder: int, kind: int, lesson: int, when: datetime) -> int:
+        """One record signed with the real ``records`` functions, held by ``holder``."""
         key = self.keys[signer].signing_key
         le = self.lessons[lesson]
-        self.seq[signer] += 1
-        seq = self.seq[signer]
+        seq = self._next_seq(signer)
         if kind == LESSON:
             record = sign_lesson(key, kind=KIND, text=le.text, seen=1, strength=1.0, updated=iso(when), seq=seq)
         elif kind == CONFIRM:
@@ -192,11 +185,31 @@ class World:
             record = sign_refute(key, le.hash, at=iso(when), seq=seq)
         else:
             record = sign_revoke(key, le.hash, at=iso(when), seq=seq)
-        rec = self.ledger.add(record.raw, lesson, signer, record=record)
-        self._hold(holder, rec)
-        if self.on_hold is not None:
-            self.on_hold(holder, record, when)
-        return rec
+        return self._add(record, record.raw, lesson, signer, holder, when)
+
+    def publish(self, author: int, lesson: int, when: datetime) -> int:
+        """An adversary publishes (a false lesson) under its own key."""
+        return self.sign(author, author, LESSON, lesson, when)
+
+    def sign_many(self, holder: int, todo: list[tuple[int, int, int]], when: datetime) -> None:
+        """``(signer, kind, lesson)`` records held by ``holder``: confirmations, refutations and copies
+        of lessons already signed, by the bulk signer (the same bytes as ``sign``, signer.py)."""
+        stamp = iso(when)
+        at = datetime.fromisoformat(stamp)  # what fact_of reads back from the record
+        for signer, kind, lesson in todo:
+            key = self._signers[signer]
+            if key is None:
+                key = self._signers[signer] = Signer.of(self.keys[signer].signing_key)
+            le, seq = self.lessons[lesson], self._next_seq(signer)
+            if kind == LESSON:
+                record, fact = key.lesson(kind=KIND, text=le.text, stamp=stamp, at=at, seq=seq)
+            elif kind == CONFIRM:
+                record, fact = key.about("confirm", le.hash, stamp=stamp, at=at, seq=seq)
+            elif kind == REFUTE:
+                record, fact = key.about("refute", le.hash, stamp=stamp, at=at, seq=seq)
+            else:
+                raise ValueError(f"the bulk signer signs lessons, confirmations and refutations, not kind {kind}")
+            self._add(record, record.raw, lesson, signer, holder, when, fact)
 
     def forge(self, adversary: int, lesson: int, victim: int, when: datetime) -> int | None:
         """A confirmation in an honest agent's name, signed with the adversary's key: refused by parse.
@@ -208,16 +221,40 @@ class World:
         obj = json.loads(record.raw)
         obj["origin"], obj["key"] = self.origins[victim], bytes(self.keys[victim].signing_key.verify_key).hex()
         raw = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-        rec = self.ledger.add(raw, lesson, victim)
-        self._hold(adversary, rec)
-        return rec
+        return self._add(None, raw, lesson, victim, adversary, when)
 
     def held_lessons(self, agent: int) -> set[int]:
         """Lessons the agent holds a valid lesson record of."""
-        les, _, kind, valid = self.arrays
-        n = len(les)  # the records as of the last refresh: what was signed since is not held yet
-        mask = self.held[agent, :n] & valid & (kind == LESSON)
-        return set(np.unique(les[mask]).tolist())
+        row = self.rows[agent]
+        return {lesson for lesson, batches in self.lesson_batches.items() if batches & row}
+
+    def hold(self, agent: int, rec: int) -> None:
+        """The agent holds record ``rec`` (and so the rest of its batch)."""
+        self.rows[agent] |= 1 << int(self.ledger.column("batch")[rec])
+
+    def seal(self) -> None:
+        """Gossip starts: records signed from now on travel in new batches."""
+        self._open.clear()
+
+    def holders(self) -> npt.NDArray[np.int64]:
+        """For each batch, the number of agents holding it."""
+        width = len(self.batch_size)
+        counts = np.zeros(width, dtype=np.int64)
+        for row in self.rows:
+            counts += bits(row, width)
+        return counts
+
+    def invalid_held(self, agents: list[int]) -> int:
+        """Refused records the agents hold, in all."""
+        invalid = ((1 << len(self.batch_size)) - 1) & ~self.valid_batches
+        total = 0
+        for agent in agents:
+            row = self.rows[agent] & invalid
+            while row:
+                low = row & -row
+                total += self.batch_size[low.bit_length() - 1]
+                row ^= low
+        return total
 
     def refresh(self) -> None:
         """Take in the records signed since the last refresh (``arrays``: lesson, origin, kind, valid)."""
@@ -237,7 +274,8 @@ class Run:
         if opts.trust not in POLICIES:
             raise ValueError(f"--trust must be one of {', '.join(POLICIES)}")
         self.opts = opts
-        self.w = World(opts)
+        self.strategy = strategy(opts.strategy, opts.tactics, opts.seed)
+        self.w = World(opts, self.strategy)
         self.rng = stream(opts.seed, "sessions")
         self.gossip_rng = stream(opts.seed, "gossip")
         self.cconfig = CommonsConfig(support_n=opts.config.support_n, window_days=opts.config.window_days,
@@ -270,6 +308,16 @@ class Run:
 
     # -- one night ------------------------------------------------------------------------
 
+    def live(self, night: int, *, revoke: bool = False) -> None:
+        """One night of the world, up to judging: sessions, the adversaries' play, the revocation
+        when ``revoke``, gossip, and the holdings noted.  Nothing here depends on verdicts."""
+        self.sessions(night)
+        self.adversaries(night)
+        if revoke:
+            self.revoke(night)
+        self.gossip(night)
+        self.note_holdings(night)
+
     def sessions(self, night: int) -> None:
         w, when = self.w, _night_time(night)
         w.refresh()
@@ -283,9 +331,11 @@ class Run:
                         continue
                     le = w.lessons[lesson]
                     if not le.true:
-                        if lesson in holding and lesson not in agent.refuted:
-                            agent.refuted.add(lesson)  # the prediction failed here
-                            w.sign(h, h, REFUTE, lesson, when)  # and the refutation travels
+                        if lesson in holding:
+                            # The prediction failed here: said once, and never about its own lesson.
+                            if lesson not in agent.refuted and lesson not in agent.supported:
+                                w.sign(h, h, REFUTE, lesson, when)
+                            agent.refuted.add(lesson)
                         continue
                     agent.verified.add(lesson)
                     if lesson in agent.supported or lesson == self.revoked_lesson:
@@ -297,41 +347,25 @@ class Run:
                     self.last_support[lesson] = when
 
     def adversaries(self, night: int) -> None:
-        w, when = self.w, _night_time(night)
-        w.refresh()
-        for f, author in w.false_author.items():
-            if w.false_night[f] == night:
-                w.sign(author, author, LESSON, f, when)
-                w.adv_supported[author].add(f)
-        w.refresh()
-        for a in w.adversaries:
-            holding = w.held_lessons(a)
-            for signer in (a, *w.sybils_of[a]):
-                for lesson in sorted(holding - w.adv_supported[signer]):
-                    w.sign(signer, a, CONFIRM, lesson, when)  # echo the true, confirm the false
-                    w.adv_supported[signer].add(lesson)
-            if w.false and w.honest:
-                w.forge(a, self.rng.choice(w.false), self.rng.choice(w.honest), when)
+        """The adversaries' night: their strategy's (adversaries.py)."""
+        self.strategy.night(self.w, night, _night_time(night), self.rng)
 
     def revoke(self, night: int) -> None:
         """The first publisher of the most widely held true lesson withdraws it."""
         w = self.w
         w.refresh()
         les, _, kind, valid = w.arrays
-        n = len(w.ledger)
-        counts = w.held[:, :n][:, (kind == LESSON) & valid].sum(axis=0)
-        lesson_ids = les[(kind == LESSON) & valid]
-        best: dict[int, int] = {}
-        for lesson, c in zip(lesson_ids.tolist(), counts.tolist(), strict=True):
-            if w.lessons[lesson].true:
-                best[lesson] = best.get(lesson, 0) + c
+        published = (kind == LESSON) & valid
+        copies = np.bincount(les[published], weights=w.holders()[w.ledger.column("batch")[published]],
+                             minlength=len(w.lessons))
+        best = {lesson: int(copies[lesson]) for lesson in w.true if copies[lesson] > 0}
         if not best:
             return
         lesson = max(best, key=lambda k: (best[k], -k))
-        facts = [(w.ledger.facts[r], r) for r in range(n) if w.ledger.lesson[r] == lesson
-                 and w.ledger.kind[r] == LESSON and w.ledger.facts[r] is not None]
-        first = min(facts, key=lambda fr: (fr[0].at, fr[0].origin))[1]  # type: ignore[union-attr]
-        publisher = w.ledger.origin[first]
+        facts = [(f, int(r)) for r in np.flatnonzero(published & (les == lesson))
+                 if (f := w.ledger.facts[r]) is not None]
+        first = min(facts, key=lambda fr: (fr[0].at, fr[0].origin))[1]
+        publisher = int(w.ledger.column("origin")[first])
         self.revoked_lesson = lesson
         self.revocation_record = w.sign(publisher, publisher, REVOKE, lesson, _night_time(night))
 
@@ -340,24 +374,27 @@ class Run:
             self._real_gossip(night)
             return
         w = self.w
-        w.refresh()
-        valid = w.arrays[3]
-        held = w.held[:, :len(valid)]
+        w.seal()
+        rows, valid, adversary = w.rows, w.valid_batches, w.is_adv.tolist()
         n = self.opts.agents
         fanout = min(self.opts.world.fanout, len(w.peers[0]))
         order = list(range(n))
+        revocation = (None if self.revocation_record is None
+                      else 1 << int(w.ledger.column("batch")[self.revocation_record]))
         for _ in range(self.opts.world.rounds_per_night):
             # Daemons are not synchronised: within a round, agents start their exchanges in a
             # random order, so a record may cross several hops in one round, as in engine.py.
             self.gossip_rng.shuffle(order)
             for i in order:
                 for j in self.gossip_rng.sample(w.peers[i], fanout):
-                    both = held[i] | held[j]
-                    held[i] = both if w.is_adv[i] else held[i] | (held[j] & valid)
-                    held[j] = both if w.is_adv[j] else held[j] | (held[i] & valid)
-            if self.revocation_record is not None and self.revocation_rounds is None:
+                    mine, theirs = rows[i], rows[j]
+                    if mine != theirs:
+                        # Both leave holding the union; an honest side takes only valid records.
+                        rows[i] = mine | theirs if adversary[i] else mine | (theirs & valid)
+                        rows[j] = mine | theirs if adversary[j] else theirs | (mine & valid)
+            if revocation is not None and self.revocation_rounds is None:
                 self.rounds_since_revocation += 1
-                if held[:, self.revocation_record].mean() >= 0.99:
+                if sum(1 for row in rows if row & revocation) / n >= 0.99:
                     self.revocation_rounds = self.rounds_since_revocation
 
     def _real_gossip(self, night: int) -> None:
@@ -378,7 +415,7 @@ class Run:
             for digest in holdings.digests(agent.store.db):
                 rec = w.ledger.by_digest.get(digest)
                 if rec is not None:
-                    w.held[i, rec] = True
+                    w.hold(i, rec)
 
     def note_holdings(self, night: int) -> None:
         """When each honest agent first held each lesson (the quarantine of ``vouched`` runs from it).
@@ -405,7 +442,9 @@ class Run:
         if len(self._in_evidence) < n:
             self._in_evidence = np.concatenate([self._in_evidence, np.zeros(n - len(self._in_evidence), dtype=bool)])
         pending = np.flatnonzero(~self._in_evidence[:n] & valid)
-        new = pending[w.held[np.ix_(np.asarray(w.honest), pending)].all(axis=0)] if len(pending) else pending
+        everyone = functools.reduce(operator.and_, (w.rows[h] for h in w.honest)) if w.honest else 0
+        batch = w.ledger.column("batch")
+        new = pending[bits(everyone, int(batch.max(initial=-1)) + 1)[batch[pending]]] if len(pending) else pending
         self._in_evidence[new] = True
         new = new[np.argsort(les[new], kind="stable")]
         for group in np.split(new, np.flatnonzero(np.diff(les[new])) + 1) if len(new) else []:
@@ -431,7 +470,7 @@ class Run:
             agent = w.agents[h]
             les, origin, kind, valid = w.arrays
             n = len(w.ledger)
-            support = w.held[h, :n] & valid & ((kind == LESSON) | (kind == CONFIRM))
+            support = w.held[h, :n] & valid & ((kind == LESSON) | (kind == CONFIRM))  # refutations support nothing
             verified = _by_origin(support & np.isin(les, list(agent.verified)), origin, les, w.origins)
             refuted = _by_origin(support & np.isin(les, list(agent.refuted)), origin, les, w.origins)
             counts = vouched(verified, refuted, resolved=len(agent.verified | agent.refuted), own=w.origins[h],
@@ -468,7 +507,7 @@ class Run:
             if prepared is None:
                 flags = self.counted(h)
                 c = candidates
-                admitted = w.held[h, c] & valid[c] & ((kind[c] == LESSON) | (kind[c] == REVOKE)
+                admitted = w.held.row(h)[c] & valid[c] & ((kind[c] == LESSON) | (kind[c] == REVOKE)
                                                       | ((kind[c] == CONFIRM) & flags[origin[c]]))
                 idx = c[admitted]
                 idx = idx[np.argsort(les[idx], kind="stable")]
@@ -536,15 +575,10 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
     true_share: list[list[float]] = []  # night -> per true lesson, share of honest agents where common
     false_peak: list[float] = []  # night -> share of honest agents where some false lesson is common
     last: dict[int, dict[int, str]] = {}
-    with report.progress(opts.nights, f"commons N={opts.agents} trust={opts.trust}", quiet=opts.quiet,
-                         unit="night") as bar:
+    with report.progress(opts.nights, f"commons N={opts.agents} {opts.strategy} trust={opts.trust}",
+                         quiet=opts.quiet, unit="night") as bar:
         for night in range(1, opts.nights + 1):
-            sim.sessions(night)
-            sim.adversaries(night)
-            if night == revoke_night:
-                sim.revoke(night)
-            sim.gossip(night)
-            sim.note_holdings(night)
+            sim.live(night, revoke=night == revoke_night)
             last = sim.judge_all(night)
             common_at = {le: 0 for le in w.true}
             false_at = 0
@@ -567,6 +601,8 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "honest_agents": honest,
         "sybils": len(w.origins) - opts.agents,
         "trust": opts.trust,
+        "strategy": opts.strategy,
+        "tactics": dict(opts.tactics.__dict__),
         "exchange": opts.exchange,
         "nights": opts.nights,
         "seed": opts.seed,
@@ -580,7 +616,8 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "revoked_everywhere": (all(last[h].get(sim.revoked_lesson) in (None, "revoked") for h in w.honest)
                                if sim.revoked_lesson is not None else None),
         "records": len(w.ledger),
-        "forged_held_by_honest": int(w.held[w.honest, :len(w.arrays[3])][:, ~w.arrays[3]].sum()),
+        "refutations": int((w.ledger.arrays()[2] == REFUTE).sum()),
+        "forged_held_by_honest": w.invalid_held(w.honest),
         "true_common_by_night": [sum(v >= 0.95 for v in night_shares) / max(1, len(night_shares))
                                  for night_shares in true_share],
         "false_peak_by_night": false_peak,
@@ -590,8 +627,9 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         result["fading_nights"] = fading(sim, opts.nights)
     result["wall_s"] = time.perf_counter() - started
     if opts.out is not None:
+        tactic = "" if opts.strategy == "collude" else f"-{opts.strategy}"
         result["plot"] = str(plot(result, opts.out / f"commons-n{opts.agents}-a{opts.adversaries:g}-{opts.trust}"
-                                                     f"-s{opts.seed}.png"))
+                                                     f"{tactic}-s{opts.seed}.png"))
     return result
 
 
@@ -631,15 +669,15 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("night")
         ax.set_ylabel("fraction")
-        ax.set_title(f"Commons, N = {result['agents']}, {result['adversaries']:.0%} adversaries, "
-                     f"trust = {result['trust']}")
+        ax.set_title(f"Commons, N = {result['agents']}, {result['adversaries']:.0%} adversaries "
+                     f"({result['strategy']}), trust = {result['trust']}")
         ax.legend(loc="center right")
 
     return report.figure(path, draw)
 
 
 def summary(result: dict[str, Any]) -> str:
-    keys = ("agents", "adversaries", "sybils", "trust", "exchange", "nights", "true_lessons", "false_lessons",
-            "true_common_fraction", "false_common", "false_common_peak_fraction", "revocation_rounds",
-            "fading_nights", "forged_held_by_honest", "records", "wall_s")
+    keys = ("agents", "adversaries", "sybils", "strategy", "trust", "exchange", "nights", "true_lessons",
+            "false_lessons", "true_common_fraction", "false_common", "false_common_peak_fraction", "revocation_rounds",
+            "fading_nights", "refutations", "forged_held_by_honest", "records", "wall_s")
     return report.table([(k, result.get(k)) for k in keys], title=f"commons (seed {result['seed']})")

@@ -12,8 +12,9 @@
   claimed outcome never happens.  An honest agent that holds one and does the thing in
   a session sees its prediction fail: a refutation, a fact only that agent knows.
 - **Adversaries** are ordinary members: they gossip, and honest agents' peer tables hold
-  them at their share of the population.  They publish the false lessons (spread over
-  the first ``false_publish_nights`` nights), confirm every false lesson they hold, echo a
+  them at their share of the population.  What they do is their strategy
+  (adversaries.py); the default, ``collude``: publish the false lessons (spread over the
+  first ``false_publish_nights`` nights), confirm every false lesson they hold, echo a
   confirmation of every true lesson they hold to build a track record, run
   ``sybils_per_adversary`` Sybil keys that do the same (relayed by their adversary; not
   peers), and forge one record a night (a confirmation under an honest agent's key,
@@ -68,8 +69,11 @@ def lessons(opts: WorldOptions, false_count: int, rng: random.Random) -> list[Le
         text = f"the build of stack {c} fails with error E{100 + i} after a lockfile upgrade"
         out.append(Lesson(i, c, True, text, lesson_hash(KIND, text)))
     for k in range(false_count):
-        i = opts.true_lessons + k
-        c = rng.randrange(opts.contexts)
-        text = f"the test runner of stack {c} drops output when error E{100 + i} is raised"
-        out.append(Lesson(i, c, False, text, lesson_hash(KIND, text)))
+        out.append(false_lesson(opts.true_lessons + k, rng.randrange(opts.contexts)))
     return out
+
+
+def false_lesson(index: int, context: int) -> Lesson:
+    """The false claim number ``index``, about ``context`` (an adversary may choose where to place it)."""
+    text = f"the test runner of stack {context} drops output when error E{100 + index} is raised"
+    return Lesson(index, context, False, text, lesson_hash(KIND, text))
