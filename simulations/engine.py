@@ -48,7 +48,7 @@ from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.store import Store
-from neverest.records import Record, RecordType, sign_lesson
+from neverest.records import TARGET_FIELD, Record, RecordType, sign_lesson
 from simulations.network import NetworkModel, VirtualNetwork
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # virtual time 0
@@ -286,9 +286,9 @@ class Simulation:
         """Make an agent hold bytes that no receive function checked: how an adversary's store
         holds the forged or altered records it serves.  ``raw`` must name an origin, seq and hash."""
         obj = json.loads(raw)
-        kind: RecordType = "lesson" if "hash" in obj else "confirm" if "confirm" in obj else "revoke"
+        kind: RecordType = next(k for k in ("lesson", "confirm", "revoke", "refute") if TARGET_FIELD[k] in obj)
         unchecked = Record(type=kind, raw=raw, fields=obj, origin=obj["origin"], key=obj["key"],
-                           target=obj.get("hash") or obj.get("confirm") or obj.get("revoke"), seq=obj["seq"])
+                           target=obj[TARGET_FIELD[kind]], seq=obj["seq"])
         with self.agents[agent].store.write() as db:
             holdings.put(db, unchecked, source="adversary", now=at(self.t))
 
