@@ -610,6 +610,11 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "false_lessons": len(w.false),
         "true_common_fraction": (sum(final[i] >= 0.95 for i in counted_true) / len(counted_true)
                                  if counted_true else None),
+        # The ceiling honest memories alone allow: the true lessons that at least support_n + 1 honest
+        # agents met (a first publisher and support_n others), whatever the trust policy.
+        "true_witnessed_fraction": (sum(sum(w.true[i] in w.agents[h].supported for h in w.honest)
+                                        > sim.cconfig.support_n for i in counted_true) / len(counted_true)
+                                    if counted_true else None),
         "false_common": false_common,
         "false_common_peak_fraction": max(false_peak, default=0.0),
         "revocation_rounds": sim.revocation_rounds,
@@ -678,6 +683,6 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 def summary(result: dict[str, Any]) -> str:
     keys = ("agents", "adversaries", "sybils", "strategy", "trust", "exchange", "nights", "true_lessons",
-            "false_lessons", "true_common_fraction", "false_common", "false_common_peak_fraction", "revocation_rounds",
+            "false_lessons", "true_common_fraction", "true_witnessed_fraction", "false_common", "false_common_peak_fraction", "revocation_rounds",
             "fading_nights", "refutations", "forged_held_by_honest", "records", "wall_s")
     return report.table([(k, result.get(k)) for k in keys], title=f"commons (seed {result['seed']})")
