@@ -463,6 +463,14 @@ class Evidence:
         # One claim per origin: its earliest; a publisher never refutes its own lesson.
         holds = published | (support <= refute)
         claim_at = np.where(holds, support, refute)
+        # A claim signed before the lesson's first publication is no claim: no honest memory confirms or
+        # refutes a lesson before it exists, and a back-dated confirmation would otherwise take the first
+        # claim's credit.  Until a publication is held, the lesson is no evidence at all.
+        if published.any():
+            real = published | (claim_at >= support[published].min())
+        else:
+            real = np.zeros_like(published)
+        members, holds, claim_at = members[real], holds[real], claim_at[real]
         credit = []
         for side in (holds, ~holds):
             if side.any():

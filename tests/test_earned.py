@@ -189,3 +189,13 @@ def test_a_flood_of_keys_is_never_in_the_computation_unless_trust_reaches_it() -
     assert sorted(ev.origins[i] for i in ev.reachable(np.array([0]), hops=6)) == ["b", ME]
     flags = counted_origins(ev, [0])[:, 0]
     assert {ev.origins[i] for i in np.flatnonzero(flags)} == {ME, "b"}
+
+
+def test_a_claim_signed_before_the_lesson_existed_takes_no_first_claim_credit() -> None:
+    """A confirmation back-dated to before the lesson's first publication is no claim (no honest memory can
+    confirm a lesson before it exists); otherwise it would take the publisher's credit from everyone."""
+    facts = {"L1": [lesson("b", 10), confirm("early", 1), confirm(ME, 15)]}
+    counts = earned(facts, own=ME)
+    assert counts("b") and not counts("early")
+    # And a lesson with no publication held is no evidence yet.
+    assert not earned({"L2": [confirm("x", 1), confirm(ME, 5)]}, own=ME)("x")
