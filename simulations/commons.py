@@ -684,5 +684,6 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 def summary(result: dict[str, Any]) -> str:
     keys = ("agents", "adversaries", "sybils", "strategy", "trust", "exchange", "nights", "true_lessons",
             "false_lessons", "true_common_fraction", "true_witnessed_fraction", "false_common",
-            "false_common_peak_fraction", "revocation_rounds", "fading_nights", "refutations", "forged_held_by_honest", "records", "wall_s")
+            "false_common_peak_fraction", "revocation_rounds", "fading_nights", "refutations",
+            "forged_held_by_honest", "records", "wall_s")
     return report.table([(k, result.get(k)) for k in keys], title=f"commons (seed {result['seed']})")
