@@ -85,8 +85,8 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("commons", help="do true lessons become common, and false ones never, under a trust policy")
     c.add_argument("--agents", type=_positive, required=True)
     c.add_argument("--adversaries", type=_fraction, required=True, help="fraction of the agents that are adversaries")
-    c.add_argument("--trust", choices=commons.POLICIES, default="vouched",
-                   help="the honest agents' trust policy (default vouched, the best one)")
+    c.add_argument("--trust", choices=commons.POLICIES, default="earned",
+                   help="the honest agents' trust policy (default earned, the daemon's default)")
     c.add_argument("--nights", type=_positive, required=True)
     c.add_argument("--false-per-adversary", type=float, default=WorldOptions.false_per_adversary,
                    help="false lessons the adversaries publish, per adversary")

@@ -22,10 +22,13 @@ Agents, honest and adversarial (world.py), live ``nights`` nights.  Each night:
    real ``neverest.commons.judge``, under its trust policy, and keeps the tombstones the
    verdicts ask for, as ``memory/states.commons_pass`` does.
 
-Policies: ``any`` (the protocol's default: every origin counts), ``peers`` (the origins
-in the agent's peer table), ``vouched`` (``neverest.commons.vouched``: origins whose claims
-this agent tested itself, none refuted, once it has tested ``vouch_min_resolved`` lessons;
-and a lesson held here less than ``vouch_quarantine_days`` is not common here yet).
+Policies: ``any`` (every origin counts), ``peers`` (the origins in the agent's peer table),
+``vouched`` (``neverest.commons.vouched``: origins whose claims this agent tested itself, none
+refuted, once it has tested ``vouch_min_resolved`` lessons), and ``earned`` (the default, the
+daemon's: ``neverest.commons.counted_origins``, trust earned from first claims borne out and
+passed along, discredited by contradictions; computed for every honest agent at once, see
+``Run.update_earned``).  Under ``vouched`` and ``earned`` a lesson held here less than
+``vouch_quarantine_days`` is not common here yet.
 
 Judging every lesson at 700 agents is the slow part; verdicts are cached per night by
 exactly what they depend on (the records admitted, the tombstone and which publishers
@@ -73,7 +76,7 @@ class Options:
     agents: int
     adversaries: float
     nights: int
-    trust: str = "vouched"
+    trust: str = "earned"
     seed: int = 1
     world: WorldOptions = field(default_factory=WorldOptions)
     config: Config = field(default_factory=Config)
@@ -418,7 +421,7 @@ class Run:
                     w.hold(i, rec)
 
     def note_holdings(self, night: int) -> None:
-        """When each honest agent first held each lesson (the quarantine of ``vouched`` runs from it).
+        """When each honest agent first held each lesson (the quarantine of ``vouched`` and ``earned`` runs from it).
         The night's gossip ran between two sleeps; the time noted is the sleep that follows it."""
         w, when = self.w, _night_time(night)
         w.refresh()

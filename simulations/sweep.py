@@ -48,7 +48,7 @@ class Options:
     agents: tuple[int, ...] = (30, 100, 1000)
     seeds: tuple[int, ...] = tuple(range(1, 11))
     strategies: tuple[str, ...] = STRATEGIES
-    trust: str = "vouched"
+    trust: str = "earned"
     nights: int = 30
     sybils: int = 10
     adversaries: float = 0.3
