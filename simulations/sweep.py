@@ -38,8 +38,8 @@ TRUE_TARGET_UNDER: Final = {"refute-spam": 0.90}
 PEAK_TARGET: Final = 0.01
 # The figures a cell keeps (the rest of a commons result is the world's settings, the same in every cell).
 _KEPT: Final = ("agents", "seed", "strategy", "trust", "sybils", "honest_agents", "true_lessons", "false_lessons",
-                "true_common_fraction", "false_common", "false_common_peak_fraction", "revoked_everywhere",
-                "forged_held_by_honest", "records", "refutations", "true_common_by_night", "false_peak_by_night",
+                "true_common_fraction", "true_witnessed_fraction", "false_common", "false_common_peak_fraction",
+                "revoked_everywhere", "forged_held_by_honest", "records", "refutations", "true_common_by_night", "false_peak_by_night",
                 "wall_s")
 
 
@@ -110,6 +110,9 @@ def row(strategy: str, agents: int, runs: list[dict[str, Any]]) -> dict[str, Any
         "strategy": strategy, "agents": agents, "seeds": len(runs), "sybils": runs[0]["sybils"],
         "true_common_fraction_min": true_min,
         "true_common_fraction_mean": statistics.fmean(known) if known else None,
+        # The ceiling the world allows (commons.py: true lessons met by support_n + 1 honest agents).
+        "true_witnessed_fraction_min": min((r["true_witnessed_fraction"] for r in runs
+                                            if r.get("true_witnessed_fraction") is not None), default=None),
         "false_common_max": false_common, "false_common_peak_fraction_max": peak,
         "wall_s_mean": statistics.fmean(r["wall_s"] for r in runs), "wall_s_total": sum(r["wall_s"] for r in runs),
         "passed": passed,
@@ -159,14 +162,14 @@ def _cell_order(opts: Options) -> Any:
     return lambda c: (opts.strategies.index(c.strategy), c.agents, c.seed)
 
 
-_HEADER: Final = ("strategy", "N", "seeds", "true min", "true mean", "false_common max", "peak max",
-                  "wall s/run", "result")
+_HEADER: Final = ("strategy", "N", "seeds", "true min", "true mean", "witnessed min", "false_common max",
+                  "peak max", "wall s/run", "result")
 
 
 def _cells_of(r: dict[str, Any]) -> list[Any]:
     return [r["strategy"], r["agents"], r["seeds"], r["true_common_fraction_min"], r["true_common_fraction_mean"],
-            r["false_common_max"], r["false_common_peak_fraction_max"], round(r["wall_s_mean"], 1),
-            "PASS" if r["passed"] else "FAIL"]
+            r["true_witnessed_fraction_min"], r["false_common_max"], r["false_common_peak_fraction_max"],
+            round(r["wall_s_mean"], 1), "PASS" if r["passed"] else "FAIL"]
 
 
 def summary(result: dict[str, Any]) -> str:
