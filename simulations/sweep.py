@@ -39,8 +39,8 @@ PEAK_TARGET: Final = 0.01
 # The figures a cell keeps (the rest of a commons result is the world's settings, the same in every cell).
 _KEPT: Final = ("agents", "seed", "strategy", "trust", "sybils", "honest_agents", "true_lessons", "false_lessons",
                 "true_common_fraction", "true_witnessed_fraction", "false_common", "false_common_peak_fraction",
-                "revoked_everywhere", "forged_held_by_honest", "records", "refutations", "true_common_by_night", "false_peak_by_night",
-                "wall_s")
+                "revoked_everywhere", "forged_held_by_honest", "records", "refutations", "true_common_by_night",
+                "false_peak_by_night", "wall_s")
 
 
 @dataclass(frozen=True)
