@@ -414,6 +414,7 @@ class Evidence:
         # lesson -> its credit (per side: the first claimants, and the later ones on that side),
         # its supporters and its refuters
         self._sides: dict[str, _Sides] = {}
+        self._pairs: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None = None  # _credit_pairs, until a claim
         for origin in origins:
             self._id(origin)
 
@@ -477,9 +478,13 @@ class Evidence:
                 first = claim_at[side].min()
                 credit.append((members[side & (claim_at == first)], members[side & (claim_at > first)]))
         self._sides[lesson] = _Sides(tuple(credit), members[holds], members[~holds])
+        self._pairs = None
 
     def _credit_pairs(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-        """(i, j) once per lesson on which j made the first claim and i, later, the same one."""
+        """(i, j) once per lesson on which j made the first claim and i, later, the same one; read by both
+        ``reachable`` and ``submatrices``, so kept until the next claim."""
+        if self._pairs is not None:
+            return self._pairs
         rows, cols = [], []
         for sides in self._sides.values():
             for firsts, later in sides.credit:
@@ -487,8 +492,10 @@ class Evidence:
                     rows.append(np.repeat(later, len(firsts)))
                     cols.append(np.tile(firsts, len(later)))
         if not rows:
-            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
-        return np.concatenate(rows), np.concatenate(cols)
+            self._pairs = np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+        else:
+            self._pairs = np.concatenate(rows), np.concatenate(cols)
+        return self._pairs
 
     def submatrices(self, keep: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """``credit[i, j]`` (lessons on which j claimed first and i bore it out) and ``contra[i, j]``
