@@ -597,6 +597,7 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
     counted_true = [i for i, le in enumerate(w.true) if le != sim.revoked_lesson]
     final = true_share[-1] if true_share else []
     false_common = sum(any(last[h].get(f) == COMMON for h in w.honest) for f in w.false)
+    flags = {h: sim.counted(h) for h in w.honest}  # each honest agent's policy, after the last judging
     result: dict[str, Any] = {
         "experiment": "commons",
         "agents": opts.agents,
@@ -618,6 +619,12 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "true_witnessed_fraction": (sum(sum(w.true[i] in w.agents[h].supported for h in w.honest)
                                         > sim.cconfig.support_n for i in counted_true) / len(counted_true)
                                     if counted_true else None),
+        # The ceiling left once the policy has spoken: the true lessons that, at >= 95 % of honest agents,
+        # more than support_n of the honest agents that met them count there (an agent counts itself).
+        "true_counted_fraction": (sum(_counted_share(sim, flags, w.true[i]) >= 0.95 for i in counted_true)
+                                  / len(counted_true) if counted_true else None),
+        # Honest agents that fewer than 95 % of the other honest agents count: what they confirm is lost.
+        "honest_uncounted": _uncounted(sim, flags),
         "false_common": false_common,
         "false_common_peak_fraction": max(false_peak, default=0.0),
         "revocation_rounds": sim.revocation_rounds,
@@ -639,6 +646,22 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         result["plot"] = str(plot(result, opts.out / f"commons-n{opts.agents}-a{opts.adversaries:g}-{opts.trust}"
                                                      f"{tactic}-s{opts.seed}.png"))
     return result
+
+
+def _counted_share(sim: Run, flags: dict[int, npt.NDArray[np.bool_]], lesson: int) -> float:
+    """The share of honest agents at which more than support_n of the honest agents that supported
+    ``lesson`` count (``flags``: each honest agent's policy, ``Run.counted``)."""
+    w = sim.w
+    supporters = [h for h in w.honest if lesson in w.agents[h].supported]
+    enough = sum(sum(bool(flags[h][s]) for s in supporters) > sim.cconfig.support_n for h in w.honest)
+    return enough / len(w.honest)
+
+
+def _uncounted(sim: Run, flags: dict[int, npt.NDArray[np.bool_]]) -> int:
+    """Honest agents that fewer than 95 % of the other honest agents count."""
+    w = sim.w
+    others = len(w.honest) - 1
+    return sum(sum(bool(flags[h][j]) for h in w.honest if h != j) < 0.95 * others for j in w.honest) if others else 0
 
 
 def fading(sim: Run, night: int) -> int | None:

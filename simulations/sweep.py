@@ -38,7 +38,8 @@ TRUE_TARGET_UNDER: Final = {"refute-spam": 0.90}
 PEAK_TARGET: Final = 0.01
 # The figures a cell keeps (the rest of a commons result is the world's settings, the same in every cell).
 _KEPT: Final = ("agents", "seed", "strategy", "trust", "sybils", "honest_agents", "true_lessons", "false_lessons",
-                "true_common_fraction", "true_witnessed_fraction", "false_common", "false_common_peak_fraction",
+                "true_common_fraction", "true_witnessed_fraction", "true_counted_fraction",
+                "honest_uncounted", "false_common", "false_common_peak_fraction",
                 "revoked_everywhere", "forged_held_by_honest", "records", "refutations", "true_common_by_night",
                 "false_peak_by_night", "wall_s")
 
@@ -113,6 +114,10 @@ def row(strategy: str, agents: int, runs: list[dict[str, Any]]) -> dict[str, Any
         # The ceiling the world allows (commons.py: true lessons met by support_n + 1 honest agents).
         "true_witnessed_fraction_min": min((r["true_witnessed_fraction"] for r in runs
                                             if r.get("true_witnessed_fraction") is not None), default=None),
+        # The ceiling left under the policy: true lessons enough honest supporters of which count (commons.py).
+        "true_counted_fraction_min": min((r["true_counted_fraction"] for r in runs
+                                          if r.get("true_counted_fraction") is not None), default=None),
+        "honest_uncounted_max": max(r.get("honest_uncounted", 0) for r in runs),
         "false_common_max": false_common, "false_common_peak_fraction_max": peak,
         "wall_s_mean": statistics.fmean(r["wall_s"] for r in runs), "wall_s_total": sum(r["wall_s"] for r in runs),
         "passed": passed,
@@ -162,13 +167,15 @@ def _cell_order(opts: Options) -> Any:
     return lambda c: (opts.strategies.index(c.strategy), c.agents, c.seed)
 
 
-_HEADER: Final = ("strategy", "N", "seeds", "true min", "true mean", "witnessed min", "false_common max",
-                  "peak max", "wall s/run", "result")
+_HEADER: Final = ("strategy", "N", "seeds", "true min", "true mean", "witnessed min", "counted min",
+                  "uncounted max", "false_common max", "peak max", "wall s/run", "result")
+_SEED_HEADER: Final = ("strategy", "N", "seed", "true", "witnessed", "counted", "uncounted", "false_common", "peak")
 
 
 def _cells_of(r: dict[str, Any]) -> list[Any]:
     return [r["strategy"], r["agents"], r["seeds"], r["true_common_fraction_min"], r["true_common_fraction_mean"],
-            r["true_witnessed_fraction_min"], r["false_common_max"], r["false_common_peak_fraction_max"],
+            r["true_witnessed_fraction_min"], r["true_counted_fraction_min"], r["honest_uncounted_max"],
+            r["false_common_max"], r["false_common_peak_fraction_max"],
             round(r["wall_s_mean"], 1), "PASS" if r["passed"] else "FAIL"]
 
 
@@ -200,6 +207,19 @@ def table_markdown(result: dict[str, Any]) -> str:
         cells_ = _cells_of(r)
         cells_[-1] = "**PASS**" if r["passed"] else "**FAIL**"
         lines.append("| " + " | ".join(fmt(v) for v in cells_) + " |")
+    failed = {(r["strategy"], r["agents"]) for r in result["rows"] if not r["passed"]}
+    if failed:
+        lines += ["", "Every seed of the rows that FAIL: `witnessed`, the true lessons that more than `support_n` "
+                  "honest agents met; `counted`, those of them that, at >= 95 % of honest agents, more than "
+                  "`support_n` of their honest supporters count; `uncounted`, the honest agents that fewer than "
+                  "95 % of the other honest agents count.", "",
+                  "| " + " | ".join(_SEED_HEADER) + " |", "|" + "---|" * len(_SEED_HEADER)]
+        for c in result["cells"]:
+            if (c["strategy"], c["agents"]) in failed:
+                values = [c["strategy"], c["agents"], c["seed"], c["true_common_fraction"],
+                          c["true_witnessed_fraction"], c.get("true_counted_fraction"), c.get("honest_uncounted"),
+                          c["false_common"], c["false_common_peak_fraction"]]
+                lines.append("| " + " | ".join(fmt(v) for v in values) + " |")
     return "\n".join(lines) + "\n"
 
 

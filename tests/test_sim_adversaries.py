@@ -228,6 +228,25 @@ def test_every_strategy_runs_the_experiment_reproducibly(strategy: str) -> None:
     assert first == once() and first["strategy"] == strategy and first["forged_held_by_honest"] == 0
 
 
+def test_the_ceilings_bound_the_true_figure_and_earned_loses_what_only_uncredited_honest_agents_confirm() -> None:
+    """In the sweep's world at N = 30 (echo, seed 4) two honest agents never publish a lesson first, so
+    under earned no other honest agent counts them; the true lessons only they lift past support_n
+    are lost, and the figure sits exactly on the ceiling the policy leaves.  Under any, everyone counts."""
+    def run(trust: str) -> dict[str, object]:
+        return commons.run(commons.Options(agents=30, adversaries=0.3, nights=30, seed=4, trust=trust,
+                                           world=WorldOptions(sybils_per_adversary=10), strategy="echo",
+                                           fading=False, quiet=True))
+
+    earned = run("earned")
+    assert earned["honest_uncounted"] == 2
+    true, counted, witnessed = (earned[k] for k in ("true_common_fraction", "true_counted_fraction",
+                                                      "true_witnessed_fraction"))
+    assert isinstance(true, float) and isinstance(counted, float) and isinstance(witnessed, float)
+    assert true == counted < witnessed < 0.95
+    anyone = run("any")
+    assert anyone["honest_uncounted"] == 0 and anyone["true_counted_fraction"] == anyone["true_witnessed_fraction"]
+
+
 def test_an_unknown_strategy_is_refused_with_the_names() -> None:
     with pytest.raises(ValueError, match="collude"):
         commons.Run(commons.Options(agents=10, adversaries=0.3, nights=1, strategy="bribe"))
