@@ -7,11 +7,14 @@ one seed.  Cells run in ``workers`` processes; a cell's result depends only on i
 options, so the figures do not depend on ``workers`` (only the wall times do).
 
 One row per (strategy, N), over its seeds: the smallest and the mean
-``true_common_fraction``, the largest ``false_common`` and ``false_common_peak_fraction``,
-the mean wall time of a run, and PASS or FAIL against the targets of issue 14, which
+``true_common_fraction``, the two ceilings that explain a shortfall (the smallest
+``true_witnessed_fraction``, what the world allows, and ``true_counted_fraction``, what the
+policy leaves; commons.py) with the most ``honest_uncounted``, the largest ``false_common``
+and ``false_common_peak_fraction``, the mean wall time of a run, and PASS or FAIL against the targets of issue 14, which
 every seed must meet: ``true_common_fraction`` >= 0.95 (>= 0.90 under ``refute-spam``),
 ``false_common`` = 0 and a peak <= 1 % of honest agents.  The exit status is 0 when every
-row passes.  The same table is written as Markdown (``OUT/sweep.md``), and one plot per
+row passes.  The same table is written as Markdown (``OUT/sweep.md``), followed by every seed of
+the rows that fail, and one plot per
 row (``OUT/sweep-STRATEGY-nN.png``): the true lessons common at >= 95 % of honest agents
 and the honest agents with a false lesson common, night by night, the mean over seeds
 with the range from the smallest to the largest.
