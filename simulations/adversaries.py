@@ -58,6 +58,15 @@ come true in their sessions and refute, once, the false ones they hold and meet.
     every false lesson it holds, and the false lessons are published and forged as in
     ``collude``.
 
+``backdate``
+    Steal the credit of the first claim, which is what ``earned`` rewards: every key
+    publishes its own copy of every true lesson it holds, dated ``backdate_s`` (60 s)
+    before the earliest honest copy of that lesson (a signer writes what time it likes
+    into its records; the adversaries are granted that knowledge, the worst case); it
+    never forges; the lies are told as ``collude`` tells them.  Not one of the issue's
+    seven strategies: it was added after the sweep, to measure a limit ``earned`` was
+    known to have.
+
 The knobs are ``Tactics``; ``Strategy.night`` is called by ``commons.Run.adversaries``
 with the run's session stream (the forgeries' victims are drawn from it, as before the
 strategies existed), and every other choice is either drawn from the world's stream when
@@ -70,7 +79,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
 from simulations.ledger import CONFIRM, LESSON, REFUTE
@@ -80,7 +89,7 @@ if TYPE_CHECKING:
     from simulations.commons import World
 
 STRATEGIES: Final = ("collude", "echo", "clean-then-lie", "lie-rarely", "rare-contexts", "sybil-swarm",
-                     "refute-spam")
+                     "refute-spam", "backdate")
 
 
 @dataclass(frozen=True)
@@ -92,10 +101,12 @@ class Tactics:
     rare_false_per_adversary: float = 0.02  # lie-rarely
     rare_contexts: int = 1  # rare-contexts
     swarm_factor: int = 10  # sybil-swarm: Sybil keys per honest agent
+    backdate_s: float = 60.0  # backdate: how long before the earliest copy a key dates its own
 
     def __post_init__(self) -> None:
-        if self.clean_nights < 0 or self.rare_contexts < 1 or self.swarm_factor < 0:
-            raise ValueError("clean_nights and swarm_factor must not be negative, rare_contexts must be at least 1")
+        if self.clean_nights < 0 or self.rare_contexts < 1 or self.swarm_factor < 0 or self.backdate_s < 0:
+            raise ValueError("clean_nights, swarm_factor and backdate_s must not be negative, rare_contexts must be "
+                             "at least 1")
         if not 0.0 <= self.lie_probability <= 1.0 or self.rare_false_per_adversary < 0:
             raise ValueError("lie_probability must be in [0, 1] and rare_false_per_adversary not negative")
 
@@ -134,6 +145,10 @@ class Strategy:
     def forges(self, night: int) -> bool:
         return True
 
+    def sign(self, world: World, holder: int, todo: list[tuple[int, int, int]], when: datetime) -> None:
+        """Sign the night's ``(signer, kind, lesson)`` records, held by ``holder``."""
+        world.sign_many(holder, todo, when)
+
     def night(self, world: World, night: int, when: datetime, rng: random.Random) -> None:
         for f in world.false:
             author = world.false_author[f]
@@ -151,7 +166,7 @@ class Strategy:
                         continue
                     done.add(lesson)
                     todo.extend((signer, kind, lesson) for kind in kinds)
-            world.sign_many(a, todo, when)
+            self.sign(world, a, todo, when)
             if self.forges(night) and world.false and world.honest:
                 world.forge(a, rng.choice(world.false), rng.choice(world.honest), when)
 
@@ -226,8 +241,30 @@ class RefuteSpam(Strategy):
         return (REFUTE,) if true else (CONFIRM,)
 
 
+class Backdate(Strategy):
+    name = "backdate"
+
+    def acts(self, signer: int, lesson: int, true: bool, night: int) -> tuple[int, ...] | None:
+        return (LESSON,) if true else (CONFIRM,)
+
+    def forges(self, night: int) -> bool:
+        return False
+
+    def sign(self, world: World, holder: int, todo: list[tuple[int, int, int]], when: datetime) -> None:
+        lies = [t for t in todo if t[1] != LESSON]
+        world.sign_many(holder, lies, when)
+        copies: dict[int, list[tuple[int, int, int]]] = {}
+        for t in todo:
+            if t[1] == LESSON:
+                copies.setdefault(t[2], []).append(t)
+        for lesson, group in copies.items():
+            earliest = world.first_published.get(lesson, when)
+            world.sign_many(holder, group, when, signed=earliest - timedelta(seconds=self.tactics.backdate_s))
+
+
 _BY_NAME: Final[dict[str, Callable[[Tactics, int], Strategy]]] = {
-    cls.name: cls for cls in (Strategy, Echo, CleanThenLie, LieRarely, RareContexts, SybilSwarm, RefuteSpam)}
+    cls.name: cls for cls in (Strategy, Echo, CleanThenLie, LieRarely, RareContexts, SybilSwarm, RefuteSpam,
+                              Backdate)}
 assert tuple(_BY_NAME) == STRATEGIES
 
 

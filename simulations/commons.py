@@ -140,6 +140,7 @@ class World:
         self.batch_size: list[int] = []
         self._open: dict[tuple[int, bool], int] = {}  # (holder, valid) -> the batch it fills until the next gossip
         self.lesson_batches: dict[int, int] = {}  # lesson -> the batches holding a valid lesson record of it
+        self.first_published: dict[int, datetime] = {}  # lesson -> the earliest signed time of an honest copy
         self.held = Held(self.rows, self.ledger)
         self.seq = [0] * len(self.keys)  # each key's last seq: gossip moves records by (origin, seq)
         self.on_hold: Callable[[int, Record, datetime], None] | None = None  # the real engine's stores
@@ -167,6 +168,10 @@ class World:
         rec = self.ledger.append(raw, fact, kind, lesson, origin, batch)
         if valid and kind == LESSON:
             self.lesson_batches[lesson] = self.lesson_batches.get(lesson, 0) | (1 << batch)
+            assert fact is not None
+            honest = origin < self.opts.agents and not self.is_adv[origin]
+            if honest and (lesson not in self.first_published or fact.at < self.first_published[lesson]):
+                self.first_published[lesson] = fact.at
         if record is not None and self.on_hold is not None:
             self.on_hold(holder, record, when)
         return rec
@@ -194,10 +199,12 @@ class World:
         """An adversary publishes (a false lesson) under its own key."""
         return self.sign(author, author, LESSON, lesson, when)
 
-    def sign_many(self, holder: int, todo: list[tuple[int, int, int]], when: datetime) -> None:
-        """``(signer, kind, lesson)`` records held by ``holder``: confirmations, refutations and copies
-        of lessons already signed, by the bulk signer (the same bytes as ``sign``, signer.py)."""
-        stamp = iso(when)
+    def sign_many(self, holder: int, todo: list[tuple[int, int, int]], when: datetime,
+                  signed: datetime | None = None) -> None:
+        """``(signer, kind, lesson)`` records held by ``holder`` since ``when``: confirmations, refutations
+        and copies of lessons already signed, by the bulk signer (the same bytes as ``sign``, signer.py),
+        dated ``signed`` (default ``when``: a signer may put any time in its records)."""
+        stamp = iso(when if signed is None else signed)
         at = datetime.fromisoformat(stamp)  # what fact_of reads back from the record
         for signer, kind, lesson in todo:
             key = self._signers[signer]
@@ -365,8 +372,14 @@ class Run:
         if not best:
             return
         lesson = max(best, key=lambda k: (best[k], -k))
+        # The earliest honest publisher: the withdrawal measured is an honest origin's (a back-dated copy
+        # can make an adversary's key the earliest by signed time, backdate in adversaries.py).
+        origins = w.ledger.column("origin")
         facts = [(f, int(r)) for r in np.flatnonzero(published & (les == lesson))
-                 if (f := w.ledger.facts[r]) is not None]
+                 if (f := w.ledger.facts[r]) is not None and int(origins[r]) < self.opts.agents
+                 and not w.is_adv[int(origins[r])]]
+        if not facts:
+            return
         first = min(facts, key=lambda fr: (fr[0].at, fr[0].origin))[1]
         publisher = int(w.ledger.column("origin")[first])
         self.revoked_lesson = lesson
@@ -709,7 +722,8 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 def summary(result: dict[str, Any]) -> str:
     keys = ("agents", "adversaries", "sybils", "strategy", "trust", "exchange", "nights", "true_lessons",
-            "false_lessons", "true_common_fraction", "true_witnessed_fraction", "false_common",
+            "false_lessons", "true_common_fraction", "true_witnessed_fraction", "true_counted_fraction",
+            "honest_uncounted", "false_common",
             "false_common_peak_fraction", "revocation_rounds", "fading_nights", "refutations",
             "forged_held_by_honest", "records", "wall_s")
     return report.table([(k, result.get(k)) for k in keys], title=f"commons (seed {result['seed']})")
