@@ -115,7 +115,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final, Literal, NamedTuple
 
@@ -165,12 +165,15 @@ class Fact:
     kind: RecordType
     origin: str
     at: datetime  # timezone-aware: a lesson's ``updated``, a confirmation's or revocation's ``at``
+    # When this memory first held the record, if known: a signed time is the signer's word, the time a
+    # record reached this memory is not (``earned`` orders first claims by it).  Judging ignores it.
+    held: datetime | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
             raise ValueError(f"kind {self.kind!r} is not one of lesson, confirm, revoke, refute")
-        if self.at.tzinfo is None:
-            raise ValueError("a fact's time must be timezone-aware")
+        if self.at.tzinfo is None or (self.held is not None and self.held.tzinfo is None):
+            raise ValueError("a fact's times must be timezone-aware")
 
 
 def fact_of(record: Record) -> Fact:
@@ -408,9 +411,10 @@ class Evidence:
     def __init__(self, origins: Iterable[str] = ()) -> None:
         self.origins: list[str] = []
         self.index: dict[str, int] = {}
-        # lesson -> (origin indices, sorted; earliest support; earliest refutation, in seconds; published)
+        # lesson -> (origin indices, sorted; earliest support and refutation signed, in seconds; the same
+        # as first held here; published)
         self._seen: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64],
-                                    npt.NDArray[np.bool_]]] = {}
+                                    npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
         # lesson -> its credit (per side: the first claimants, and the later ones on that side),
         # its supporters and its refuters
         self._sides: dict[str, _Sides] = {}
@@ -430,40 +434,49 @@ class Evidence:
 
     def add_lesson(self, lesson: str, facts: Iterable[Fact]) -> None:
         """The claims ``facts`` make about ``lesson`` (a revocation claims nothing)."""
-        claims = [(self._id(f.origin), f.kind, f.at.timestamp()) for f in facts if f.kind != "revoke"]
+        claims = [(self._id(f.origin), f.kind, f.at.timestamp(), (f.held or f.at).timestamp())
+                  for f in facts if f.kind != "revoke"]
         if claims:
-            self.add_claims(lesson, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims])
+            self.add_claims(lesson, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims],
+                            [c[3] for c in claims])
 
-    def add_claims(self, lesson: str, who: Sequence[int], kinds: Sequence[str], at: Sequence[float]) -> None:
-        """``add_lesson`` for callers that hold origin indices and signed times in seconds already."""
+    def add_claims(self, lesson: str, who: Sequence[int], kinds: Sequence[str], at: Sequence[float],
+                   held: Sequence[float] | None = None) -> None:
+        """``add_lesson`` for callers that hold origin indices and signed times in seconds already;
+        ``held``: when this memory first held each record (default: when it was signed)."""
         old = self._seen.get(lesson)
         if old is None:
             members = np.zeros(0, dtype=np.intp)
-            support = refute = np.zeros(0)
+            support = refute = support_held = refute_held = np.zeros(0)
             published = np.zeros(0, dtype=bool)
         else:
-            members, support, refute, published = old
+            members, support, refute, support_held, refute_held, published = old
         new = np.setdiff1d(np.asarray(who, dtype=np.intp), members)
-        if len(new):
-            members = np.concatenate([members, new])
-            support = np.concatenate([support, np.full(len(new), math.inf)])
-            refute = np.concatenate([refute, np.full(len(new), math.inf)])
-            published = np.concatenate([published, np.zeros(len(new), dtype=bool)])
-            order = np.argsort(members, kind="stable")
-            members, support, refute, published = members[order], support[order], refute[order], published[order]
-        else:
-            support, refute, published = support.copy(), refute.copy(), published.copy()
+        unknown = np.full(len(new), math.inf)
+        members = np.concatenate([members, new])
+        order = np.argsort(members, kind="stable")  # concatenate copies: the arrays held stay as they were
+        members = members[order]
+        support = np.concatenate([support, unknown])[order]
+        refute = np.concatenate([refute, unknown])[order]
+        support_held = np.concatenate([support_held, unknown])[order]
+        refute_held = np.concatenate([refute_held, unknown])[order]
+        published = np.concatenate([published, np.zeros(len(new), dtype=bool)])[order]
         pos = np.searchsorted(members, np.asarray(who, dtype=np.intp))
         kind = np.asarray(kinds)
         times = np.asarray(at, dtype=np.float64)
+        # A record cannot have reached this memory before it was signed: a later signed time is a clock's error.
+        reached = times if held is None else np.maximum(np.asarray(held, dtype=np.float64), times)
         is_refute = kind == "refute"
         np.minimum.at(refute, pos[is_refute], times[is_refute])
         np.minimum.at(support, pos[~is_refute], times[~is_refute])
+        np.minimum.at(refute_held, pos[is_refute], reached[is_refute])
+        np.minimum.at(support_held, pos[~is_refute], reached[~is_refute])
         published[pos[kind == "lesson"]] = True
-        self._seen[lesson] = (members, support, refute, published)
+        self._seen[lesson] = (members, support, refute, support_held, refute_held, published)
         # One claim per origin: its earliest; a publisher never refutes its own lesson.
         holds = published | (support <= refute)
         claim_at = np.where(holds, support, refute)
+        claim_held = np.where(holds, support_held, refute_held)
         # A claim signed before the lesson's first publication is no claim: no honest memory confirms or
         # refutes a lesson before it exists, and a back-dated confirmation would otherwise take the first
         # claim's credit.  Until a publication is held, the lesson is no evidence at all.
@@ -471,12 +484,17 @@ class Evidence:
             real = published | (claim_at >= support[published].min())
         else:
             real = np.zeros_like(published)
-        members, holds, claim_at = members[real], holds[real], claim_at[real]
+        members, holds, claim_at, claim_held = members[real], holds[real], claim_at[real], claim_held[real]
         credit = []
         for side in (holds, ~holds):
             if side.any():
-                first = claim_at[side].min()
-                credit.append((members[side & (claim_at == first)], members[side & (claim_at > first)]))
+                # First: the claims this memory held first, and of those the earliest signed (ties are all
+                # first).  Ordering by when a claim arrived, not by what it says, is what keeps a copy signed
+                # with an earlier time than the original, and delivered after it, from taking its credit.
+                reached = claim_held[side].min()
+                first_at = claim_at[side & (claim_held == reached)].min()
+                firsts = side & (claim_held == reached) & (claim_at == first_at)
+                credit.append((members[firsts], members[side & ~firsts]))
         self._sides[lesson] = _Sides(tuple(credit), members[holds], members[~holds])
         self._pairs = None
 

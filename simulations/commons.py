@@ -138,6 +138,9 @@ class World:
         self.rows = [0] * n
         self.valid_batches = 0  # bit b: batch b's records are valid
         self.batch_size: list[int] = []
+        # When each batch was made (its records all on one night): no agent holds a record before it exists,
+        # whatever time the record itself states.
+        self.batch_made: list[float] = []
         self._open: dict[tuple[int, bool], int] = {}  # (holder, valid) -> the batch it fills until the next gossip
         self.lesson_batches: dict[int, int] = {}  # lesson -> the batches holding a valid lesson record of it
         self.first_published: dict[int, datetime] = {}  # lesson -> the earliest signed time of an honest copy
@@ -159,6 +162,7 @@ class World:
         if batch is None:
             batch = len(self.batch_size)
             self.batch_size.append(0)
+            self.batch_made.append(when.timestamp())
             if self.batched:
                 self._open[holder, valid] = batch
             if valid:
@@ -463,10 +467,15 @@ class Run:
         new = pending[bits(everyone, int(batch.max(initial=-1)) + 1)[batch[pending]]] if len(pending) else pending
         self._in_evidence[new] = True
         new = new[np.argsort(les[new], kind="stable")]
+        made = np.asarray(w.batch_made)
         for group in np.split(new, np.flatnonzero(np.diff(les[new])) + 1) if len(new) else []:
-            facts = [f for r in group.tolist() if (f := w.ledger.facts[r]) is not None]
-            self.evidence.add_claims(w.lessons[int(les[group[0]])].hash, [self.evidence.index[f.origin] for f in facts],
-                                     [f.kind for f in facts], [f.at.timestamp() for f in facts])
+            held = [(f, r) for r in group.tolist() if (f := w.ledger.facts[r]) is not None]
+            # Claims are ordered by when they were held (the batch's night), as a daemon orders them by
+            # when it received them: a record dated earlier than it was made takes no first claim.
+            self.evidence.add_claims(w.lessons[int(les[group[0]])].hash,
+                                     [self.evidence.index[f.origin] for f, _ in held], [f.kind for f, _ in held],
+                                     [f.at.timestamp() for f, _ in held],
+                                     made[batch[[r for _, r in held]]].tolist())
         self._earned = counted_origins(self.evidence, w.honest, self.trust_config)
         self._earned_column = {h: k for k, h in enumerate(w.honest)}
 

@@ -199,3 +199,42 @@ def test_a_claim_signed_before_the_lesson_existed_takes_no_first_claim_credit() 
     assert counts("b") and not counts("early")
     # And a lesson with no publication held is no evidence yet.
     assert not earned({"L2": [confirm("x", 1), confirm(ME, 5)]}, own=ME)("x")
+
+
+def test_a_copy_dated_before_the_original_but_received_after_it_takes_no_first_claim_credit() -> None:
+    """A copy of b's lesson that says it was signed a minute before b's, but reached this memory hours after
+    b's: the first claim is the one held here first.  By signed time alone the copy would take b's credit."""
+    def held(fact: Fact, day: float) -> Fact:
+        return Fact(fact.kind, fact.origin, fact.at, held=at(day))
+
+    original, copy = lesson("b", 10), Fact("lesson", "thief", at(10) - timedelta(minutes=1))
+    facts = {"L1": [held(original, 10.1), held(copy, 10.3), held(confirm("c", 11), 11.1), confirm(ME, 12)]}
+    counts = earned(facts, own=ME)
+    assert counts("b") and not counts("thief")
+    unheld = earned({"L1": [original, copy, confirm("c", 11), confirm(ME, 12)]}, own=ME)
+    assert unheld("thief") and not unheld("b")  # what the receipt time defends against
+    # Received together, the earlier signed one is first: a copy delivered with the original still wins there.
+    together = earned({"L1": [held(original, 10.1), held(copy, 10.1), confirm(ME, 12)]}, own=ME)
+    assert together("thief") and not together("b")
+
+
+def test_the_store_adapter_orders_claims_by_when_they_were_received(tmp_path: Path) -> None:
+    """Through the store: b's lesson received on day 1, a back-dated copy of it received on day 3; this
+    memory's own test came true on day 5.  b counts, the copier does not."""
+    me, b, thief = (Identity.from_seed(bytes([k]) * 32) for k in (4, 5, 6))
+    stamp = lambda d: (T0 + d * DAY).strftime("%Y-%m-%dT%H:%M:%S.000000Z")  # noqa: E731
+    text = "the cache of stack 4 goes stale after a rebase"
+    store = open_store(tmp_path)
+    with store.write() as db:
+        rec = sign_lesson(b.signing_key, kind="error", text=text, seen=1, strength=1.0, updated=stamp(1))
+        holdings.put(db, rec, source="test", now=T0 + 1 * DAY)
+        copy = sign_lesson(thief.signing_key, kind="error", text=text, seen=1, strength=1.0, updated=stamp(0.5))
+        holdings.put(db, copy, source="test", now=T0 + 3 * DAY)
+        lesson_id = db.execute(
+            "INSERT INTO lessons (hash, kind, text, strength, seen, created, updated, origin) "
+            "VALUES (?, 'error', ?, 1, 1, ?, ?, ?)", (rec.target, text, stamp(1), stamp(1), b.origin)).lastrowid
+        db.execute("INSERT INTO predictions (lesson_id, text, made, space, resolved, outcome) "
+                   "VALUES (?, ?, ?, 'hashed', ?, 'confirmed')", (lesson_id, text, stamp(1), stamp(5)))
+        counts = trust_filter(db, Config(trust="earned"), me.origin)
+        assert counts(b.origin) and not counts(thief.origin)
+    store.close()

@@ -232,13 +232,14 @@ def test_backdate_dates_each_copy_before_the_earliest_honest_copy_and_the_record
     assert w.invalid_held(w.honest) == 0  # no forgeries
 
 
-@pytest.mark.xfail(strict=True, reason="known limit of earned (PROTOCOL.md §9): credit goes to the earliest signed "
-                   "claim, so back-dated copies of true lessons take the honest publishers' credit")
 def test_back_dated_copies_of_true_lessons_do_not_buy_trust_for_a_lie() -> None:
+    """Before first claims were ordered by when they were held, this run made its false lesson common at
+    90 % of honest agents and no honest agent was counted by the others."""
     result = commons.run(commons.Options(agents=30, adversaries=0.3, nights=30, seed=2, trust="earned",
                                          world=WorldOptions(sybils_per_adversary=10), strategy="backdate",
                                          fading=False, quiet=True))
-    assert result["false_common"] == 0 and result["false_common_peak_fraction"] <= 0.01
+    assert result["false_common"] == 0 and result["false_common_peak_fraction"] == 0.0
+    assert result["honest_uncounted"] <= 2
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -295,11 +295,11 @@ def supporters(db: sqlite3.Connection) -> list[tuple[str, str]]:
         "SELECT DISTINCT origin, target FROM records WHERE type IN ('lesson', 'confirm')")]
 
 
-def claims(db: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
-    """(type, origin, target, signed time) of every lesson, confirmation and refutation held: the
-    evidence of the trust policy ``earned`` (commons.Evidence)."""
-    return [(str(t), str(o), str(g), str(a)) for t, o, g, a in db.execute(
-        "SELECT type, origin, target, at FROM records WHERE type IN ('lesson', 'confirm', 'refute')")]
+def claims(db: sqlite3.Connection) -> list[tuple[str, str, str, str, str]]:
+    """(type, origin, target, signed time, time first held here) of every lesson, confirmation and
+    refutation held: the evidence of the trust policy ``earned`` (commons.Evidence)."""
+    return [(str(t), str(o), str(g), str(a), str(r)) for t, o, g, a, r in db.execute(
+        "SELECT type, origin, target, at, received FROM records WHERE type IN ('lesson', 'confirm', 'refute')")]
 
 
 # -- what gossip reads (gossip/view.py) -------------------------------------------------

@@ -47,12 +47,14 @@ def trust_config(config: Config) -> TrustConfig:
 
 def _earned(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Callable[[str], bool]:
     """The facts ``commons.earned`` judges by: every claim held (lessons, confirmations, refutations,
-    as signed), and this memory's own tests as claims of its own (its own lessons when it learned
-    them, its predictions that came true or were refuted when they were resolved), whether or not it
-    shares them.  A prediction that failed for lack of an occasion claims nothing."""
+    as signed, with when each first reached this memory), and this memory's own tests as claims of
+    its own (its own lessons when it learned them, its predictions that came true or were refuted
+    when they were resolved), whether or not it shares them.  A prediction that failed for lack of an
+    occasion claims nothing."""
     by_lesson: dict[str, list[Fact]] = {}
-    for rtype, origin, target, at in holdings.claims(db):
-        by_lesson.setdefault(target, []).append(Fact(kind=rtype, origin=origin, at=parse_time(at)))  # type: ignore[arg-type]
+    for rtype, origin, target, at, received in holdings.claims(db):
+        by_lesson.setdefault(target, []).append(Fact(kind=rtype, origin=origin, at=parse_time(at),  # type: ignore[arg-type]
+                                                     held=parse_time(received)))
     for target, created in lessons.own_learned(db):
         by_lesson.setdefault(target, []).append(Fact(kind="lesson", origin=own_origin, at=parse_time(created)))
     for target, outcome, resolved in predictions.own_tests(db):
