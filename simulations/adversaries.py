@@ -64,8 +64,9 @@ come true in their sessions and refute, once, the false ones they hold and meet.
     before the earliest honest copy of that lesson (a signer writes what time it likes
     into its records; the adversaries are granted that knowledge, the worst case); it
     never forges; the lies are told as ``collude`` tells them.  Not one of the issue's
-    seven strategies: it was added after the sweep, to measure a limit ``earned`` was
-    known to have.
+    seven strategies: it was added after the sweep, and made false lessons common until
+    ``earned`` ordered first claims by when they were held rather than by their signed
+    time (commons.Run.update_earned takes the night a record was made).
 
 The knobs are ``Tactics``; ``Strategy.night`` is called by ``commons.Run.adversaries``
 with the run's session stream (the forgeries' victims are drawn from it, as before the
