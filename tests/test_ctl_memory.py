@@ -135,8 +135,6 @@ def test_store_locked_by_another_process_is_a_clear_error(home: Path, capsys: py
 
 
 def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir(mode=0o700)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from gen_episodes import events  # type: ignore[import-not-found]
 
@@ -144,25 +142,42 @@ def test_kill_9_during_sleep_leaves_a_consistent_store(tmp_path: Path) -> None:
     from neverest.memory.events import ingest
 
     now = parse_time("2026-03-01T03:00:00Z")
-    with open_store(home) as store:
-        stored = ingest(store, events(3000, now.replace(month=2), 20, seed=7), now=now).stored
-    env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
-    for kills, extra_s in enumerate((0.05, 0.15)):
-        child = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "sleep"], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Kill it only once it is inside a sleep (its row is written first), however slow
-        # this machine is to start Python.
-        with open_store(home) as watcher:
-            deadline = time.monotonic() + 120
-            while watcher.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] < kills + 1:
-                assert child.poll() is None, "the sleep ended before it could be killed"
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-        time.sleep(extra_s)
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    with open_store(home) as store:  # both kills did land in the middle of a sleep
-        assert store.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] == 2
+
+    def two_kills(home: Path) -> tuple[dict[str, str], int] | None:
+        """A store, and two sleeps on it killed with SIGKILL in the middle; None when a sleep finished
+        before its kill arrived (the second resumes the first's work and can be quick)."""
+        home.mkdir(mode=0o700)
+        with open_store(home) as store:
+            stored = ingest(store, events(3000, now.replace(month=2), 20, seed=7), now=now).stored
+        env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
+        for kills, extra_s in enumerate((0.05, 0.15)):
+            child = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "sleep"], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # Kill it only once it is inside a sleep (its row is written first), however slow
+            # this machine is to start Python.
+            with open_store(home) as watcher:
+                deadline = time.monotonic() + 120
+                unfinished = "SELECT count(*) FROM sleeps WHERE finished IS NULL"
+                while watcher.db.execute(unfinished).fetchone()[0] < kills + 1:
+                    if child.poll() is not None:
+                        return None
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+            time.sleep(extra_s)
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        with open_store(home) as store:
+            if store.db.execute("SELECT count(*) FROM sleeps WHERE finished IS NULL").fetchone()[0] != 2:
+                return None
+        return env, stored
+
+    for attempt in range(4):  # bounded: each try is a fresh store
+        home = tmp_path / f"home{attempt}"
+        landed = two_kills(home)
+        if landed is not None:
+            break
+    assert landed is not None, "in 4 tries no two kills both landed in the middle of a sleep"
+    env, stored = landed
     done = subprocess.run([sys.executable, "-m", "neverest.ctl", "sleep", "--json"], env=env,
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr
