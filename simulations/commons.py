@@ -173,12 +173,16 @@ class World:
         if valid and kind == LESSON:
             self.lesson_batches[lesson] = self.lesson_batches.get(lesson, 0) | (1 << batch)
             assert fact is not None
-            honest = origin < self.opts.agents and not self.is_adv[origin]
-            if honest and (lesson not in self.first_published or fact.at < self.first_published[lesson]):
+            if self.honest_key(origin) and (lesson not in self.first_published
+                                             or fact.at < self.first_published[lesson]):
                 self.first_published[lesson] = fact.at
         if record is not None and self.on_hold is not None:
             self.on_hold(holder, record, when)
         return rec
+
+    def honest_key(self, key: int) -> bool:
+        """Key ``key`` is an honest agent's (not an adversary's, nor a Sybil's)."""
+        return key < self.opts.agents and not self.is_adv[key]
 
     def _next_seq(self, signer: int) -> int:
         self.seq[signer] += 1
@@ -380,12 +384,11 @@ class Run:
         # can make an adversary's key the earliest by signed time, backdate in adversaries.py).
         origins = w.ledger.column("origin")
         facts = [(f, int(r)) for r in np.flatnonzero(published & (les == lesson))
-                 if (f := w.ledger.facts[r]) is not None and int(origins[r]) < self.opts.agents
-                 and not w.is_adv[int(origins[r])]]
+                 if (f := w.ledger.facts[r]) is not None and w.honest_key(int(origins[r]))]
         if not facts:
             return
         first = min(facts, key=lambda fr: (fr[0].at, fr[0].origin))[1]
-        publisher = int(w.ledger.column("origin")[first])
+        publisher = int(origins[first])
         self.revoked_lesson = lesson
         self.revocation_record = w.sign(publisher, publisher, REVOKE, lesson, _night_time(night))
 
