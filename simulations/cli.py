@@ -8,6 +8,7 @@ progress bar on stderr, and writes PNG plots into ``--out`` (``sim-out/`` by def
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -152,6 +153,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     out = None if args.no_plots else args.out
+    if out is not None:
+        # Before any run: a folder that cannot be written would otherwise fail only once every figure is made.
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"python -m simulations: error: --out {out}: cannot write plots there ({e.strerror})",
+                  file=sys.stderr)
+            return 2
     if args.experiment == "dissemination":
         if args.agents < 2:
             parser().error("--agents must be at least 2")

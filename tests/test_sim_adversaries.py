@@ -335,3 +335,12 @@ def test_sweep_arguments_are_checked(capsys: pytest.CaptureFixture[str]) -> None
         with pytest.raises(SystemExit):
             main(["sweep", *bad])
         assert "error" in capsys.readouterr().err
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_before_any_run(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    # N = 1 000 over every strategy and seed: were it checked only after the runs, this would take the hour.
+    assert main(["sweep", "--agents", "1000", "--out", str(blocker / "plots"), "--quiet"]) == 2
+    assert "--out" in capsys.readouterr().err and not (blocker / "plots").exists()
