@@ -35,8 +35,8 @@ def test_command_head_keeps_program_and_subcommand() -> None:
      "pytest fails: ModuleNotFoundError: foo"),
     ("surprise", {"expected": "the build to pass", "happened": "it failed on LANG=C"},
      "Expected the build to pass, but it failed on LANG"),
-    ("correction", {"said": "don't push to main"}, "The person does not want the agent to push to main"),
-    ("correction", {"said": "use tabs, please"}, "The person wants the agent to use tabs"),
+    ("correction", {"said": "don't push to main"}, "The person did not want the agent to push to main"),
+    ("correction", {"said": "use tabs, please"}, "The person wanted the agent to use tabs"),
     ("correction", {"said": "the config lives in etc"}, "The person corrected the agent: the config lives in etc"),
 ])
 def test_observations(kind: str, fields: dict[str, str], expected: str) -> None:

@@ -123,6 +123,11 @@ def stored(memory: Memory) -> list[dict[str, Any]]:
     return queries.list_episodes(memory.store.db, kind=None, session=None, since=None, limit=10_000)
 
 
+def stored_field(memory: Memory, episode_id: str, name: str) -> str:
+    assert name in ("agent_did", "worked", "reaction", "expected")
+    return str(memory.store.db.execute(f"SELECT {name} FROM episodes WHERE id = ?", (episode_id,)).fetchone()[0])
+
+
 def by_kind(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["at"])
 
@@ -136,11 +141,14 @@ def test_claude_session_detectors(memory: Memory, tmp_path: Path) -> None:
     rows = stored(memory)
     errors = by_kind(rows, "error")
     assert [(e["title"], e["happened"]) for e in errors] == [
-        ("Bash: pytest", "E   ModuleNotFoundError: No module named 'stripe'")]
+        ("Bash: pytest (missing dependency)", "E   ModuleNotFoundError: No module named 'stripe'")]
+    assert stored_field(memory, errors[0]["id"], "agent_did") == "cd app && pytest -q tests/test_checkout.py"
     assert errors[0]["session"] == "sess-1" and errors[0]["cwd"] == CWD
     assert errors[0]["at"].startswith("2026-11-30T10:03:00")
     corrections = by_kind(rows, "correction")
-    assert [c["said"] for c in corrections] == ["No, don't pip install into the system, use uv add stripe"]
+    assert [(c["said"], stored_field(memory, c["id"], "reaction"), stored_field(memory, c["id"], "agent_did"))
+            for c in corrections] == [
+        ("No, don't pip install into the system, use uv add stripe", "corrected", "ran Bash: pip install stripe")]
     surprises = by_kind(rows, "surprise")
     assert [s["happened"] for s in surprises] == ["Unexpectedly, the stripe package is missing from the venv."]
     notes = by_kind(rows, "note")
@@ -165,8 +173,8 @@ def test_codex_session_detectors(memory: Memory, tmp_path: Path) -> None:
     ]
     assert {e["agent"] for e in rows} == {"codex"} and {e["session"] for e in rows} == {"0199-codex-1"}
     assert [c["said"] for c in by_kind(rows, "correction")] == ["Actually, use mkdocs instead of sphinx"]
-    assert [s["happened"] for s in by_kind(rows, "surprise")] == [
-        "I expected make to find sphinx, but it is not installed in this environment."]
+    assert [(s["expected"], s["happened"]) for s in by_kind(rows, "surprise")] == [
+        ("make to find sphinx", "it is not installed in this environment")]
     assert [n["title"] for n in by_kind(rows, "note")] == ["codex session 0199-codex-1"]
     assert report.lines["unknown"] == 1  # the new line type is counted, not fatal
 
@@ -340,7 +348,7 @@ def test_a_subagent_prompt_is_not_the_person(memory: Memory, tmp_path: Path) -> 
     ingest_transcripts(memory, claude=tmp_path / "c", codex=None)
     rows = stored(memory)
     assert [(r["kind"], r["title"], r["happened"], r["session"]) for r in rows] == [
-        ("error", "Grep", "Path does not exist: src/", "sess-1")]
+        ("error", "Grep (no such file)", "Path does not exist: src/", "sess-1")]
 
 
 def test_a_correction_after_an_interruption(memory: Memory, tmp_path: Path) -> None:

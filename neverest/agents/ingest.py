@@ -216,7 +216,8 @@ class _Run:
     def _turn(self, detector: Detector, turn: Turn) -> None:
         self.report.turns += 1
         for event in detector.turn(turn):
-            self.report.detected[event["kind"]] += 1
+            # An error sent again with what worked fills in the stored one: counted as a fix.
+            self.report.detected["worked" if "worked" in event else event["kind"]] += 1
             self.events.append(event)
 
     def forget_missing(self, roots: list[Path], seen: set[str]) -> None:

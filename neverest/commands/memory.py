@@ -23,7 +23,8 @@ from neverest.memory.service import Memory
 from neverest.memory.states import trust_filter, verdict
 from neverest.transports.adapters import configured
 
-EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "agent", "session", "cwd", "at")
+EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent", "session",
+                "cwd", "at")
 
 
 def _remember_file(args: argparse.Namespace, path: Path) -> dict[str, Any]:

@@ -6,14 +6,16 @@ the daemon's control endpoint) goes through ``ingest`` or ``ingest_lines`` here,
 an event means the same thing whichever way it arrives.
 
 Fields, all optional strings except ``kind``: said, agent_did, title, expected,
-happened, text, agent, session, cwd, at.  Unknown fields are ignored and a JSON
-``null`` counts as absent.  An event is refused with an ``EventError`` naming the
+happened, text, worked, reaction, agent, session, cwd, at.  ``worked`` is, for an error,
+the call that succeeded after it; ``reaction`` is, for a correction, one of ``REACTIONS``.
+Unknown fields are ignored and a JSON ``null`` counts as absent.  An event is refused with an ``EventError`` naming the
 field when ``kind`` is missing or not one of ``EVENT_KINDS``, when a known field is
 not a string, when ``at`` is not an ISO 8601 time, is before 1970 or is more than
 ``FUTURE_TOLERANCE`` after now (agents' clocks drift, a future time would outrank
 every real event), or when the event says nothing for its kind:
 
-    correction   needs said                 (the person's words, verbatim)
+    correction   needs said or reaction     (the person's words, verbatim; a refused call
+                                             may come without words)
     error        needs title or happened
     surprise     needs happened or expected
     environment  needs text or happened
@@ -24,7 +26,7 @@ refused (a long stack trace is still worth its first page), and a JSON line over
 ``MAX_EVENT_BYTES`` is refused as too large without ever being held in memory.
 
 Identity: an episode's id is BLAKE2b-128 of ``agent \\x1f session \\x1f kind \\x1f key``,
-where key is the title when it is not blank, else the event's main text (said for a
+where key is the title when it is not blank, else the event's main text (said, else agent_did, for a
 correction, happened else expected for a surprise, text else happened for an
 environment event, happened for an error, text for a note).  So an event is stored
 once per (agent, session, kind, title) as the protocol says, a resent event is a
@@ -58,7 +60,11 @@ from neverest.memory.queries import episodes
 from neverest.memory.store import Store
 
 EVENT_KINDS: Final = ("correction", "error", "environment", "surprise", "note")
-TEXT_FIELDS: Final = ("said", "agent_did", "title", "expected", "happened", "text", "agent", "session", "cwd")
+TEXT_FIELDS: Final = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent",
+                       "session", "cwd")
+# How the person corrected the agent (``reaction``): refused a call, stopped the agent, said it was
+# wrong, or told it to act after it asked.  Counted by kind of action in morning.md.
+REACTIONS: Final = ("rejected", "interrupted", "corrected", "told to act")
 MAX_FIELD_CHARS: Final = 8192
 MAX_EVENT_BYTES: Final = 1024 * 1024
 MAX_GIST_CHARS: Final = 500
@@ -71,7 +77,7 @@ BATCH_CHARS: Final = 4 * 1024 * 1024
 
 # The fields that give an event its content, by kind; the first one is named when all are blank.
 _CONTENT: Final[dict[str, tuple[str, ...]]] = {
-    "correction": ("said",),
+    "correction": ("said", "reaction"),
     "error": ("title", "happened"),
     "surprise": ("happened", "expected"),
     "environment": ("text", "happened"),
@@ -79,7 +85,7 @@ _CONTENT: Final[dict[str, tuple[str, ...]]] = {
 }
 # The main text that keys an untitled event, first non-blank wins.
 _KEY_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    "correction": ("said",),
+    "correction": ("said", "agent_did", "reaction"),
     "error": ("happened",),
     "surprise": ("happened", "expected"),
     "environment": ("text", "happened"),
@@ -110,6 +116,8 @@ class Event:
     expected: str
     happened: str
     text: str
+    worked: str
+    reaction: str
     agent: str
     session: str
     cwd: str
@@ -117,7 +125,8 @@ class Event:
     def chars(self) -> int:
         """How many characters its fields hold: what a batch of it costs in memory."""
         return sum(len(value) for value in (self.said, self.agent_did, self.title, self.expected,
-                                            self.happened, self.text, self.agent, self.session, self.cwd))
+                                            self.happened, self.text, self.worked, self.reaction, self.agent,
+                                            self.session, self.cwd))
 
 
 @dataclass
@@ -220,6 +229,8 @@ def parse_event(obj: object, *, now: datetime) -> Event:
     if not isinstance(kind, str) or kind not in EVENT_KINDS:
         raise EventError("kind", f"{_show(kind)} is not one of {kinds}")
     values = {name: _text_field(obj, name) for name in TEXT_FIELDS}
+    if values["reaction"] and values["reaction"] not in REACTIONS:
+        raise EventError("reaction", f"{_show(values['reaction'])} is not one of {', '.join(REACTIONS)}")
     content = _CONTENT[kind]
     if not _first(values, content):
         raise EventError(content[0], f"missing or blank; {kind} events need {' or '.join(content)}")
@@ -274,8 +285,8 @@ def insert_events(db: sqlite3.Connection, events: Sequence[Event], *, now: datet
     return episodes.insert(db, [
         episodes.NewEpisode(id=e.id, kind=e.kind, agent=e.agent, session=e.session, cwd=e.cwd, title=e.title,
                             said=e.said, agent_did=e.agent_did, expected=e.expected, happened=e.happened,
-                            text=e.text, gist=e.gist, at=iso(e.at), created=created, space=HASHED_SPACE,
-                            embedding=blob)
+                            text=e.text, worked=e.worked, reaction=e.reaction, gist=e.gist, at=iso(e.at),
+                            created=created, space=HASHED_SPACE, embedding=blob)
         for e, blob in zip(events, blobs, strict=True)
     ])
 

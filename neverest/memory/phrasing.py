@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from neverest.memory import error_class
 from neverest.safety import imperative_reason
 
-MAX_LESSON_CHARS: Final = 240
+MAX_LESSON_CHARS: Final = 200
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b")
@@ -35,7 +36,7 @@ _PREDICATE = re.compile(
     r"(?:fails?|failed|hangs?|hung|crash(?:es|ed)?|breaks?|broke|errors?|errored|times? out|timed out|returns?|"
     r"returned|needs|needed|requires|required|is|was|are|were|cannot|can't|can not|does not|doesn't|did not|"
     r"didn't|will not|won't|exits?|exited|refuses|refused|rejects|rejected|reports|reported|aborts|aborted|"
-    r"runs|ran|takes|took|stops|stopped|loses|lost|picks|picked)\b",
+    r"runs|ran|takes|took|stops|stopped|loses|lost|picks|picked)\b(?!:)",
     re.I,
 )
 
@@ -51,8 +52,18 @@ def scrub(text: str) -> str:
     return _SPACES.sub(" ", text).strip(" .;:,")
 
 
+_TOOL_PREFIX: Final = re.compile(r"^[\w.-]+: (?=\S)")
+_CLASS_SUFFIX: Final = re.compile(r" \((?:" + "|".join(re.escape(c) for c in sorted(error_class.ALL)) + r")\)$")
+
+
 def command_head(title: str) -> str:
-    """The program and sub-command of a failed call, without arguments, flags or paths."""
+    """The program and sub-command of a failed call, without arguments, flags or paths.
+
+    ``title`` is a command as reported by hand ("pip install -e .") or as the session reader
+    writes it ("Bash: pip (missing dependency)"): the tool and the class are not the command."""
+    title = _CLASS_SUFFIX.sub("", title.strip())
+    if _TOOL_PREFIX.match(title):
+        title = _TOOL_PREFIX.sub("", title, count=1)
     words = []
     for word in title.split():
         if word.startswith(("-", "/", "./", "~", "$", "'", '"')) or "/" in word or "=" in word:
@@ -66,7 +77,7 @@ def command_head(title: str) -> str:
 def _cap(text: str) -> str:
     text = text.strip()
     if len(text) > MAX_LESSON_CHARS:
-        text = text[: MAX_LESSON_CHARS - 1].rsplit(" ", 1)[0] + "…"
+        text = text[: MAX_LESSON_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
     return text
 
 
@@ -74,50 +85,221 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
 
 
-def _correction_forms(said: str) -> list[str]:
-    """A correction is the person's words; the lesson reports what they want, as a fact."""
-    said = scrub(said)
-    # "please" reads as an order to the reader wherever it stands; it adds nothing to the fact.
-    said = re.sub(r"[,;]?\s*\bplease\b[,.!]?", "", said, flags=re.I).strip()
-    bare = re.sub(r"^(?:no|nope|wait)\b[,.!]?\s*", "", said, flags=re.I).strip()
-    forms = []
-    negative = re.match(r"^(?:don'?t|do not|never|please don'?t)\s+(.+)$", bare, re.I)
-    if negative:
-        forms.append(f"The person does not want the agent to {_lower_first(negative.group(1))}")
-    elif imperative_reason(bare) is not None:
-        forms.append(f"The person wants the agent to {_lower_first(bare)}")
-    else:
-        forms.append(f"The person corrected the agent: {bare}")
-    forms.append("The person corrected the agent's approach here")
+def _clause(text: str, limit: int = 90) -> str:
+    """A scrubbed fragment short enough to sit inside a sentence."""
+    text = scrub(text).strip(" .;:,")
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    return text
+
+
+# -- corrections ----------------------------------------------------------------------------
+
+_LEAD: Final = r"^(?:(?:no|nope|nah|wait|stop|actually|hmm|ugh|hold on)\b[,.!]*\s*)*"
+_NOT_BUT: Final = re.compile(_LEAD + r"not (.{2,80}?)\s*(?:[,;]|\bbut\b)\s*(?:but\s+)?(.{2,80}?)[.!?]*$", re.I)
+_BUT_NOT: Final = re.compile(_LEAD + r"(?:use |keep |put |make it |it'?s |it should be )?(.{2,80}?),?"
+                             r"\s+not (.{2,80}?)[.!?]*$", re.I)
+_INSTEAD_OF: Final = re.compile(_LEAD + r"(?:use |try |with |keep )?(.{2,80}?) instead of (.{2,80}?)[.!?]*$", re.I)
+_DONT_THEN_DO: Final = re.compile(_LEAD + r"(?:please\s+)?(?:don'?t|do not|never)\s+(.{3,100}?)\s*[,;]\s*(?:but |and |"
+                                  r"instead,? |just |rather )?(use|run|call|keep|put|add|do) (.{2,100}?)[.!?]*$",
+                                  re.I)
+_DONT: Final = re.compile(_LEAD + r"(?:please\s+)?(?:don'?t|do not|never|stop|quit)\s+(.{3,140}?)[.!?]*$", re.I)
+_DO: Final = re.compile(_LEAD + r"(?:just |please |instead,? )?((?:use|keep|leave|put|add|run|make|call|write|"
+                        r"check|test|read|look|ask|wait|revert|undo|remove|delete|rename|move) .{2,140}?)[.!?]*$", re.I)
+# Words that make a correction a complaint about one moment ("still broken", "nothing loads now",
+# "wtf?", "you deleted it"): worth counting, not a lesson by themselves.
+_COMPLAINT: Final = re.compile(r"\?|\b(?:wtf|still|now|again|you|your|loading|working|showing|broken|nothing|"
+                               r"ugh|seriously|what the)\b", re.I)
+_LEAD_WORDS: Final = re.compile(_LEAD, re.I)
+_PLEASE: Final = re.compile(r"[,;]?\s*\bplease\b[,.!]?", re.I)
+_OBJECTIONS: Final = {"rejected": "The person refused to let the agent run {head}",
+                      "interrupted": "The person stopped the agent while it ran {head}",
+                      "corrected": "The person objected when the agent ran {head}"}
+
+
+def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
+    """A correction is the person's words; the lesson reports what they wanted, as a fact."""
+    said = _PLEASE.sub("", scrub(said.strip().splitlines()[0] if said.strip() else "")).strip()
+    forms: list[str] = []
+    if reaction == "told to act":
+        forms.append("The person wanted the agent to act rather than ask first")
+    if said:
+        both = _DONT_THEN_DO.match(said)
+        if both:
+            forms.append(f"The person wanted the agent to {both.group(2).lower()} {_clause(both.group(3), 70)} "
+                         f"rather than {_lower_first(_clause(both.group(1), 70))}")
+        for pattern, template in ((_NOT_BUT, "The person wanted {1} rather than {0}"),
+                                  (_INSTEAD_OF, "The person wanted {0} rather than {1}"),
+                                  (_BUT_NOT, "The person wanted {0} rather than {1}")):
+            found = pattern.match(said)
+            if found and all(len(g.strip(" .…")) >= 2 for g in found.groups()):
+                forms.append(template.format(*(_clause(g, 70) for g in found.groups())))
+        negative = _DONT.match(said)
+        if negative and not both:
+            forms.append(f"The person did not want the agent to {_lower_first(_clause(negative.group(1), 140))}")
+        positive = _DO.match(said)
+        if positive and not negative:
+            forms.append(f"The person wanted the agent to {_lower_first(_clause(positive.group(1), 140))}")
+    if said and not forms and not _COMPLAINT.search(said) and len(said.split()) >= 3:
+        # A fact the person set right ("the staging database is read-only"), reported as theirs.
+        forms.append(f"The person corrected the agent: {_clause(_LEAD_WORDS.sub('', said), 160)}")
+    head = shell_head(agent_did[len("ran "):].split(": ", 1)[1]) if agent_did.startswith("ran ") and ": " in \
+        agent_did else ""
+    if head and reaction in _OBJECTIONS and len(said.split()) <= 12:
+        forms.append(_OBJECTIONS[reaction].format(head=head))
     return forms
 
 
+# -- errors ---------------------------------------------------------------------------------
+
+_MISSING_PROGRAMS: Final = tuple(re.compile(p, re.I) for p in (
+    r"command not found:\s*([\w.+-]+)", r"linker [`'\"]?([\w.+-]+)[`'\"]? not found", r"'([\w.+-]+)' is not recognized",
+    r"([\w.+-]+): (?:command )?not found"))
+_SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo", "sleep"})
+_MISSING_MODULE: Final = re.compile(r"(?:no module named|cannot find module|cannot find package|module not found:?"
+                                    r"(?: error:)?(?: can'?t resolve)?)\s*['\"`]?([@\w./-]{1,60}?)['\"`]?(?:\s|$|,|;)",
+                                    re.I)
+
+
+def _unquoted_words(command: str) -> list[str]:
+    """The words of ``command`` that stand outside quotes (a rough split, for traits only)."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"", " ", command).split()
+
+
+def _trait(cls: str, failed: str, happened: str) -> str:
+    """What about the failed command the class points at, in words."""
+    if cls == error_class.SHELL_SYNTAX and failed:
+        if any("(" in w and ("/" in w or w.startswith("(")) for w in _unquoted_words(failed)):
+            return "with an unquoted path holding `(` (such as a route group folder)"
+        if any(ch in w for w in _unquoted_words(failed) for ch in "[]*?") and "no matches found" in happened.lower():
+            return "with an unquoted glob or bracket"
+    return ""
+
+
+def _flags(words: list[str]) -> set[str]:
+    return {w.split("=", 1)[0] for w in words if re.match(r"^--?[A-Za-z][\w-]*(?:=|$)", w)}
+
+
+def _env(words: list[str]) -> set[str]:
+    return {w.split("=", 1)[0] for w in words if re.match(r"^[A-Z][A-Z0-9_]*=", w)}
+
+
+def what_worked(failed: str, worked: str) -> str:
+    """What changed between a failed command and the one that worked after it, as a clause
+    ("quoting the path works"), or '' when the difference says nothing one can name."""
+    if not failed or not worked:
+        return ""
+    before, after = error_class.segments(failed), error_class.segments(worked)
+    flat_before = [w for s in before for w in s]
+    flat_after = [w for s in after for w in s]
+    p_before, p_after = shell_head(failed).split()[:1], shell_head(worked).split()[:1]
+    if p_before and p_after and p_before != p_after:
+        return f"{p_after[0]} works instead"
+    if flat_before == flat_after:
+        # The same words once the shell has read them: what differs is the quoting.
+        return "quoting the path works" if any(c in failed for c in "()[]* ") else "quoting the arguments works"
+    added, dropped = _flags(flat_after) - _flags(flat_before), _flags(flat_before) - _flags(flat_after)
+    if added:
+        return f"adding {' '.join(sorted(added)[:2])} works"
+    if "sudo" in flat_after and "sudo" not in flat_before:
+        return "running it with sudo works"
+    if _env(flat_after) - _env(flat_before):
+        return f"setting {' '.join(sorted(_env(flat_after) - _env(flat_before))[:2])} works"
+    if dropped:
+        return f"it works without {' '.join(sorted(dropped)[:2])}"
+    if any(s and s[0] in ("cd", "pushd") for s in after) and not any(s and s[0] in ("cd", "pushd") for s in before):
+        return "running it from another folder works"
+    head_after = shell_head(worked)
+    if head_after != shell_head(failed) and len(head_after.split()) > 1:
+        return f"{head_after} works"
+    return ""
+
+
+def shell_head(command: str) -> str:
+    """``command_head`` of the simple command that does the work (past ``cd x &&``, ``export``...)."""
+    for segment in error_class.segments(command):
+        words = [w for w in segment if "=" not in w.split("/", 1)[0] and w not in ("sudo", "env", "time")]
+        if words and words[0] not in _SETUP:
+            return command_head(" ".join(words))
+    return command_head(command)
+
+
+def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[str]:
+    head = shell_head(failed) if failed else (command_head(title) if title else "")
+    program = head.split()[0] if head else ""
+    cls = error_class.classify(happened) if happened else error_class.OTHER
+    if cls == error_class.TOOL_USE:
+        return []  # the agent's harness refused the call: a rule of the harness, not of this project
+    fix = what_worked(failed, worked)
+    if not fix and cls not in error_class.DURABLE and cls != error_class.OTHER:
+        return []  # a missing file, a failing test, a type error: one moment's symptom, not a lesson
+    detail = _clause(happened, 100)
+    forms: list[str] = []
+    situation = ""
+    if cls == error_class.SHELL_SYNTAX:
+        trait = _trait(cls, failed, happened)
+        situation = (f"In this project, shell commands {trait} fail with a syntax error" if trait
+                     else f"{head or 'A shell command'} fails with a shell syntax error: {detail}")
+    elif cls == error_class.COMMAND_NOT_FOUND:
+        found = next((m for m in (p.search(happened) for p in _MISSING_PROGRAMS) if m), None)
+        missing = found.group(1) if found else program
+        missing = scrub(missing) if missing else ""
+        situation = f"{missing} is not installed here (command not found)" if missing else ""
+    elif cls == error_class.DEPENDENCY:
+        found = _MISSING_MODULE.search(happened)
+        module = scrub(found.group(1)) if found else ""
+        if module and " " not in module and module != "a path":
+            situation = f"{head or 'A command'} fails because the module {module} is not installed"
+    elif cls == error_class.SANDBOX:
+        situation = f"{head or 'A command'} is blocked by the sandbox: {detail}"
+    elif cls == error_class.PERMISSION:
+        situation = f"{head or 'A command'} fails with permission denied"
+    elif cls == error_class.NETWORK:
+        situation = f"{head or 'A command'} fails on the network or times out: {detail}"
+    elif cls == error_class.OUT_OF_MEMORY:
+        situation = f"{head or 'A command'} runs out of memory"
+    elif cls == error_class.VERSION:
+        situation = f"{head or 'A command'} fails on a version mismatch: {detail}"
+    elif cls == error_class.FAILING_TEST:
+        situation = f"{head or 'The test command'} reports failing tests"
+    elif cls == error_class.TYPE_ERROR:
+        situation = f"{head or 'The build'} fails with a type or compile error"
+    elif cls == error_class.NO_SUCH_FILE:
+        situation = f"{head or 'A command'} fails because a path it names does not exist"
+    if situation:
+        forms.append(f"{situation}; {fix}" if fix else situation)
+    # The plain forms: what failed and how, in the output's own words.
+    plain: list[str] = []
+    happened_s = scrub(happened)
+    if head and happened_s:
+        if _PREDICATE.match(happened_s):  # "fails without ...", "hangs when ..."
+            plain.append(f"{head} {_lower_first(happened_s)}")
+        plain.append(f"{head} fails: {happened_s}")
+    elif head:
+        plain.append(f"{head} fails repeatedly")
+    elif happened_s:
+        plain.append(f"An error recurs: {happened_s}")
+    if fix:
+        plain = [f"{_clause(p, 150)}; {fix}" for p in plain] + plain
+    return forms + plain
+
+
 def candidate_texts(kind: str, *, title: str = "", said: str = "", expected: str = "",
-                    happened: str = "", text: str = "") -> list[str]:
+                    happened: str = "", text: str = "", agent_did: str = "", worked: str = "",
+                    reaction: str = "") -> list[str]:
     """Sentences for a lesson of ``kind`` from one representative episode, best first."""
     happened_s, expected_s = scrub(happened), scrub(expected)
     if kind == "correction":
-        return [_cap(t) for t in _correction_forms(said or text)]
+        return [_cap(t) for t in _correction_forms(said, agent_did, reaction)]
     if kind == "error":
-        head = command_head(title) if title else ""
-        forms = []
-        if head and happened_s:
-            if _PREDICATE.match(happened_s):  # "fails without ...", "hangs when ..."
-                forms.append(f"{head} {_lower_first(happened_s)}")
-            forms.append(f"{head} fails: {happened_s}")
-            forms.append(f"An error recurs in {head}: {happened_s}")
-        elif head:
-            forms.append(f"{head} fails repeatedly")
-            forms.append(f"An error recurs in {head}")
-        if happened_s:
-            forms.append(f"An error recurs: {happened_s}")
-        return [_cap(t) for t in forms]
+        return [_cap(t) for t in _error_forms(title, happened, agent_did, worked)]
     if kind == "surprise":
         forms = []
         if expected_s and happened_s:
             forms.append(f"Expected {_lower_first(expected_s)}, but {_lower_first(happened_s)}")
         if happened_s:
-            forms.append(f"Unexpectedly, {_lower_first(happened_s)}")
+            forms.append(f"Unexpectedly, {_lower_first(happened_s)}" if not re.match(
+                r"(?:unexpectedly|surprisingly|it turns out|turns out)\b", happened_s, re.I) else happened_s)
         if expected_s:
             forms.append(f"It was expected that {_lower_first(expected_s)}, and it did not happen")
         return [_cap(t) for t in forms]

@@ -272,9 +272,12 @@ class _Consolidator:
         self.report.joined += 1
         self.changed.add(lesson_id)
 
-    def _phrase(self, kind: str, row: episodes.Pending) -> str | None:
-        text = observation(kind, title=row.title, said=row.said, expected=row.expected, happened=row.happened,
-                           text=row.text)
+    def _phrase(self, kind: str, row: episodes.Pending, partners: list[str]) -> str | None:
+        # The source that knows what worked says the most; else the newest episode.
+        rows = [row, *episodes.phrasing_rows(self.store.db, partners)]
+        best = next((r for r in rows if r.worked), row)
+        text = observation(kind, title=best.title, said=best.said, expected=best.expected, happened=best.happened,
+                           text=best.text, agent_did=best.agent_did, worked=best.worked, reaction=best.reaction)
         if self.writer is not None and text is not None:
             # An optional model may write a better sentence; it passes the same check.
             written = self.writer.write(
@@ -287,7 +290,7 @@ class _Consolidator:
 
     def _learn(self, row: episodes.Pending, vector: Vector, partners: list[tuple[str, Vector]]) -> None:
         ep_id, kind = row.id, row.kind
-        text = self._phrase(kind, row)  # a model call: no transaction is open (writes are only queued)
+        text = self._phrase(kind, row, [p for p, _ in partners])  # a model call: no transaction is open
         if text is None:
             self.report.unphrased += 1
             return

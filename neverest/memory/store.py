@@ -285,7 +285,15 @@ END
 # which cost about a fifth of receiving a record.  Deletes still go through the trigger.
 _SCHEMA_V6: Final = "DROP TRIGGER records_usage_in"
 
-MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6)
+# Version 7: what an episode read from a session adds (PROTOCOL.md §0): ``worked``, the call that
+# succeeded after a failed one, and ``reaction``, how the person corrected the agent.
+_SCHEMA_V7: Final = """
+ALTER TABLE episodes ADD COLUMN worked TEXT NOT NULL DEFAULT '';
+ALTER TABLE episodes ADD COLUMN reaction TEXT NOT NULL DEFAULT ''
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6,
+                                      _SCHEMA_V7)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

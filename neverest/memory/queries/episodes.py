@@ -9,12 +9,15 @@ from typing import Any, Final, NamedTuple
 
 _INSERT: Final = (
     "INSERT OR IGNORE INTO episodes (id, kind, agent, session, cwd, title, said, agent_did, expected,"
-    " happened, text, gist, at, created, strength, pending, space, embedding)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, 1, ?, ?)"
+    " happened, text, worked, reaction, gist, at, created, strength, pending, space, embedding)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, 1, ?, ?)"
 )
+# An error first stored without what worked learns it when the fix is read later in the session
+# (the same event again, with ``worked``): the one field an event sent again may fill in.
+_FILL_WORKED: Final = "UPDATE episodes SET worked = ? WHERE id = ? AND worked = ''"
 EXPORTED: Final = ("id", "kind", "agent", "session", "cwd", "title", "said", "agent_did", "expected", "happened",
-                   "text", "gist", "at", "created", "strength", "recalls", "last_touched", "archived", "pending",
-                   "lesson_id")
+                   "text", "worked", "reaction", "gist", "at", "created", "strength", "recalls", "last_touched",
+                   "archived", "pending", "lesson_id")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class NewEpisode:
     expected: str
     happened: str
     text: str
+    worked: str
+    reaction: str
     gist: str
     at: str
     created: str
@@ -38,10 +43,15 @@ class NewEpisode:
 
 
 def insert(db: sqlite3.Connection, episodes: Sequence[NewEpisode]) -> int:
-    """Insert inside a write transaction; an id already stored is ignored.  The number inserted."""
-    return db.executemany(_INSERT, [
+    """Insert inside a write transaction; an id already stored is ignored (but for an empty
+    ``worked``, which it fills in).  The number inserted."""
+    inserted = db.executemany(_INSERT, [
         (e.id, e.kind, e.agent, e.session, e.cwd, e.title, e.said, e.agent_did, e.expected, e.happened, e.text,
-         e.gist, e.at, e.created, e.space, e.embedding) for e in episodes]).rowcount
+         e.worked, e.reaction, e.gist, e.at, e.created, e.space, e.embedding) for e in episodes]).rowcount
+    fills = [(e.worked, e.id) for e in episodes if e.worked]
+    if fills:
+        db.executemany(_FILL_WORKED, fills)
+    return inserted
 
 
 def count(db: sqlite3.Connection) -> int:
@@ -119,13 +129,28 @@ class Pending(NamedTuple):
     happened: str
     text: str
     cwd: str
+    agent_did: str
+    worked: str
+    reaction: str
 
 
 def pending(db: sqlite3.Connection, space: str, limit: int) -> list[Pending]:
     """Episodes the consolidation pass has not considered yet, oldest first."""
     return [Pending(*r) for r in db.execute(
-        "SELECT id, kind, embedding, title, said, expected, happened, text, cwd FROM episodes "
+        "SELECT id, kind, embedding, title, said, expected, happened, text, cwd, agent_did, worked, reaction"
+        " FROM episodes "
         "WHERE pending = 1 AND space = ? ORDER BY at, id LIMIT ?", (space, limit))]
+
+
+def phrasing_rows(db: sqlite3.Connection, episode_ids: Sequence[str]) -> list[Pending]:
+    """The episodes ``episode_ids`` with what phrasing reads (a lesson's sentence is written from
+    the one of its sources that says the most: the one that knows what worked)."""
+    if not episode_ids:
+        return []
+    marks = ",".join("?" * len(episode_ids))
+    return [Pending(*r) for r in db.execute(
+        "SELECT id, kind, embedding, title, said, expected, happened, text, cwd, agent_did, worked, reaction"
+        f" FROM episodes WHERE id IN ({marks}) ORDER BY at DESC, id", list(episode_ids))]
 
 
 class Vectored(NamedTuple):
