@@ -146,8 +146,10 @@ def fixes(failed: str | list[str], tried: str | list[str]) -> bool:
     if failed == tried:
         return False
     before, after = _words(failed), _words(tried)
-    if not before or not after or before == after:
+    if not before or not after:
         return False
+    if before == after:
+        return True  # the same words once the shell has read them: the quoting changed
     if program_of(failed) and program_of(failed) == program_of(tried):
         return True
     args = {w for w in before[1:] if not w.startswith("-") and len(w) > 1}

@@ -48,7 +48,9 @@ DURABLE: Final = frozenset({COMMAND_NOT_FOUND, SANDBOX, PERMISSION, SHELL_SYNTAX
 
 _CLASSES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple((name, re.compile(pattern, re.IGNORECASE)) for
                                                                    name, pattern in (
-    (TOOL_USE, r"<tool_use_error>|file has not been read yet|string to replace not found|"
+    (TOOL_USE, r"<tool_use_error>|doesn'?t want to (?:proceed with this tool use|take this action)|"
+               r"tool use was rejected|request interrupted by user|file has not been read yet|"
+               r"string to replace not found|"
                r"file has been modified since read|found \d+ matches of the string to replace|"
                r"no changes to make: old_string and new_string are exactly the same|"
                r"file does not exist\. note: your current working directory"),

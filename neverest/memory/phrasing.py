@@ -187,7 +187,7 @@ def _env(words: list[str]) -> set[str]:
 def what_worked(failed: str, worked: str) -> str:
     """What changed between a failed command and the one that worked after it, as a clause
     ("quoting the path works"), or '' when the difference says nothing one can name."""
-    if not failed or not worked:
+    if not failed or not worked or failed.strip() == worked.strip():
         return ""
     before, after = error_class.segments(failed), error_class.segments(worked)
     flat_before = [w for s in before for w in s]

@@ -110,4 +110,13 @@ def morning_report(store: Store) -> str:
         out.append(f"  - refuted (met here, and it did not hold): {item['text']}")
     out.append(f"- archived: {report['archived_episodes']} episode(s), {report['archived_lessons']} lesson(s); "
                f"merged: {len(report['merged'])}")
+    delegation = report.get("delegation") or {}  # reports of older sleeps have none
+    if delegation:
+        out += ["", "## How you corrected the agents (for you; never shown to an agent)", ""]
+        for name in ("acted, stopped", "asked, told to act", "corrected"):
+            counts = delegation.get(name) or {}
+            if counts:
+                ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                shown = ", ".join(f"{action} ×{n}" for action, n in ranked)
+                out.append(f"- {name}: {sum(counts.values())} ({shown})")
     return "\n".join(out) + "\n"

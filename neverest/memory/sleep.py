@@ -37,7 +37,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +54,7 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.model import Writer
-from neverest.memory.phrasing import claim_of, observation
+from neverest.memory.phrasing import claim_of, observation, shell_head
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.store import Store
@@ -81,6 +81,9 @@ class SleepReport:
     joined: int = 0
     waiting: int = 0
     unphrased: int = 0
+    # Corrections by how the person reacted and the kind of action ("acted, stopped": {"Bash: rm": 2}):
+    # the seed's delegation counts, for the owner's morning report only.
+    delegation: dict[str, dict[str, int]] = field(default_factory=dict)
     merged: list[dict[str, Any]] = field(default_factory=list)
     confirmed: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
@@ -92,6 +95,26 @@ class SleepReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+_DELEGATION: Final = {"rejected": "acted, stopped", "interrupted": "acted, stopped",
+                      "told to act": "asked, told to act"}
+
+
+def delegation_kind(reaction: str) -> str:
+    """The seed's delegation count a correction falls in: the agent acted and was stopped (a refused
+    call, an interrupt), asked and was told to act, or was corrected otherwise."""
+    return _DELEGATION.get(reaction, "corrected")
+
+
+def action_of(agent_did: str) -> str:
+    """The kind of action a correction answered: the tool and program ("Bash: rm"), "Edit", or
+    "a reply" when the agent had handed back with words."""
+    if agent_did.startswith("ran "):
+        tool, _, command = agent_did[len("ran "):].partition(": ")
+        program = shell_head(command).split(" ", 1)[0] if command else ""
+        return f"{tool}: {program}" if program else tool
+    return "a reply" if agent_did.startswith("said:") else "unknown"
 
 
 # -- 1. embed -------------------------------------------------------------------------
@@ -232,6 +255,10 @@ class _Consolidator:
 
     def _consider(self, row: episodes.Pending) -> None:
         self.report.considered += 1
+        if row.kind == "correction":
+            counts = self.report.delegation.setdefault(delegation_kind(row.reaction), {})
+            action = action_of(row.agent_did)
+            counts[action] = counts.get(action, 0) + 1
         self.writes.append(functools.partial(episodes.considered, episode_ids=[row.id]))
         if row.kind not in CONSOLIDATING_KINDS:
             return  # environment episodes and notes never consolidate
