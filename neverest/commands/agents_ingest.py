@@ -38,6 +38,26 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if report.unreadable else 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from neverest.agents.replay import replay, table
+
+    for flag, given in (("--claude", args.claude), ("--codex", args.codex)):
+        if given and not Path(given).expanduser().is_dir():
+            raise UsageError(f"{flag} {given}: not a folder")
+    claude: Path | None
+    codex: Path | None
+    if not args.claude and not args.codex:
+        claude, codex = default_claude_dir(), default_codex_dir()
+    else:
+        claude = Path(args.claude) if args.claude else None
+        codex = Path(args.codex) if args.codex else None
+    report = replay(claude, codex)
+    print(table(report))
+    if args.json:
+        print(json.dumps(report.to_json(), sort_keys=True, ensure_ascii=False))
+    return 0
+
+
 def _gist(row: dict[str, Any]) -> str:
     parts = [str(row[name]).strip() for name in ("title", "said", "happened", "expected", "text")
              if row.get(name) and str(row[name]).strip()]
@@ -77,6 +97,17 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
                    help="Codex sessions folder (default $CODEX_HOME/sessions, else ~/.codex/sessions)")
     p.add_argument("--json", action="store_true", help="print the counts as a JSON object")
     p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("replay", parents=parents,
+                       help="replay session files into a throwaway memory: was the right lesson given in time?",
+                       description="Replays the session files in time order into a temporary memory (never this "
+                       "one), sleeping between days, and counts the repeated mistakes the hook's lessons caught "
+                       "or missed, beside a retrieve-similar baseline.  Reads nothing into this memory.")
+    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default ~/.claude/projects when "
+                   "neither folder is given)")
+    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default $CODEX_HOME/sessions, else "
+                   "~/.codex/sessions, when neither folder is given)")
+    p.add_argument("--json", action="store_true", help="also print the figures as one JSON object on the last line")
+    p.set_defaults(func=cmd_replay)
     p = sub.add_parser("episodes", parents=parents, help="list the episodes this memory holds (newest first)")
     p.add_argument("--kind", choices=EVENT_KINDS)
     p.add_argument("--session", metavar="S", help="only this session's episodes")

@@ -1,0 +1,350 @@
+"""``neverestctl replay``: would the memory have given the right lesson at the right moment?
+
+Session files are replayed in time order into a throwaway memory (a temporary home, never the one
+in ``NEVEREST_HOME``), sleeping at the end of each day.  Within a session every prompt and tool
+call is handed, in order, to the code the Claude Code hook runs (``hook.lessons_for``, holdout off),
+and the session's events are read by the same detector ``neverestctl ingest`` uses.  Then:
+
+- a **repeat** is an error or correction whose gist joins a lesson this memory had learned before
+  the session began (the consolidation's own test: cosine with the lesson's centroid at or above
+  the join threshold, in the hashed space);
+- it is **caught** when that lesson was given earlier in the session (before the repeat), else
+  **missed**;
+- an **injection** is a lesson given at some moment; it is **unused** when nothing later in the
+  session repeats it.
+
+The **baseline** walks the same moments with a retrieve-similar memory: the 3 episodes most similar
+to the moment's query (cosine ≥ recall's floor, each at most once a session), no lessons.  Its
+injection catches a repeat when the episode it gave joins the repeat (the same test), and is unused
+when nothing later in the session does.
+
+Only what the hook would see is used: the person's prompts, the tool calls (name and command) and
+the session's working directory.  Sessions without timestamps are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from neverest.agents import hook
+from neverest.agents.detect import Detector
+from neverest.agents.ingest import session_files
+from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT, Turn, merge, parse_line, read_complete_lines
+from neverest.clock import FixedClock, iso, parse_time
+from neverest.config import Config
+from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, from_blob, join_threshold
+from neverest.memory.events import EventError, parse_event
+from neverest.memory.queries import injections as q
+from neverest.memory.service import Memory
+
+BASELINE_TOP: Final = 3
+REPEAT_KINDS: Final = ("error", "correction")
+_MAX_LINES: Final = 1_000_000
+_FAR: Final = 1e12  # no deadline: the replay is not the agent's hook call
+
+
+@dataclass
+class Moment:
+    """A point where the hook is asked (``event`` set) or where the session says something (``found``)."""
+
+    seq: int
+    at: datetime
+    event: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)
+    found: dict[str, Any] | None = None
+
+
+@dataclass
+class Session:
+    agent: str
+    path: Path
+    session: str = ""
+    cwd: str = ""
+    moments: list[Moment] = field(default_factory=list)
+
+    @property
+    def start(self) -> datetime:
+        return self.moments[0].at
+
+
+@dataclass
+class Tally:
+    caught: int = 0
+    missed: int = 0
+    injections: int = 0
+    unused: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"caught": self.caught, "missed": self.missed, "injections": self.injections, "unused": self.unused}
+
+
+@dataclass
+class ReplayReport:
+    files: int = 0
+    sessions: int = 0
+    skipped: int = 0  # files with no timestamp or no turn
+    days: int = 0
+    lessons: int = 0
+    repeats: int = 0
+    memory: Tally = field(default_factory=Tally)
+    baseline: Tally = field(default_factory=Tally)
+    examples: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": self.files, "sessions": self.sessions, "skipped": self.skipped, "days": self.days,
+                "lessons": self.lessons, "repeats": self.repeats, **self.memory.to_json(),
+                "baseline": self.baseline.to_json(), "examples": self.examples}
+
+
+def _time(value: str | None, fallback: datetime | None) -> datetime | None:
+    if not value:
+        return fallback
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        return fallback
+
+
+def read_session(path: Path, agent: str) -> Session | None:
+    """One session file as moments in order; None when it holds no dated turn."""
+    out = Session(agent, path)
+    detector = Detector(agent, session=path.stem)
+    seq = 0
+    last: datetime | None = None
+    previous: Turn | None = None
+
+    def add(turn: Turn) -> None:
+        nonlocal seq, last
+        at = _time(turn.at, last)
+        if at is None:
+            return
+        last = at
+        if turn.role == "assistant":
+            for call in turn.calls:
+                tool_input = {"command": call.command if isinstance(call.command, str) else " ".join(call.command)} \
+                    if call.command else {}
+                out.moments.append(Moment(seq, at, "PreToolUse", {"tool_name": call.name, "tool_input": tool_input}))
+                seq += 1
+        for event in detector.turn(turn):
+            out.moments.append(Moment(seq, at, found=event))
+            seq += 1
+        if turn.role == "user" and turn.text.strip() and not turn.results:
+            out.moments.append(Moment(seq, at, "UserPromptSubmit", {"prompt": turn.text}))
+            seq += 1
+
+    with open(path, "rb") as stream:
+        for _, raw in read_complete_lines(stream, 0, _MAX_LINES):
+            if raw is None or not raw.strip():
+                continue
+            info = parse_line(raw, agent)
+            detector.saw(info.session, info.cwd)
+            if info.exit_code is not None:
+                detector.exit_code(*info.exit_code)
+            if info.turn is None:
+                continue
+            if merge(previous, info.turn):
+                continue
+            if previous is not None:
+                add(previous)
+            previous = info.turn
+    if previous is not None:
+        add(previous)
+    if not out.moments:
+        return None
+    out.session = detector.session or path.stem
+    out.cwd = detector.cwd
+    out.moments.insert(0, Moment(-1, out.moments[0].at, "SessionStart", {"source": "startup"}))
+    return out
+
+
+def sessions_in(claude: Path | None, codex: Path | None) -> tuple[list[Session], int, int]:
+    """The dated sessions under the folders, oldest first; with the number of files and of skipped ones."""
+    found: list[Session] = []
+    files = skipped = 0
+    for root, agent in ((claude, CLAUDE_AGENT), (codex, CODEX_AGENT)):
+        if root is None:
+            continue
+        for path in session_files(root.expanduser(), agent):
+            files += 1
+            session = read_session(path, agent)
+            if session is None:
+                skipped += 1
+            else:
+                found.append(session)
+    found.sort(key=lambda s: (s.start, str(s.path)))
+    return found, files, skipped
+
+
+@dataclass
+class _Lesson:
+    hash: str
+    kind: str
+    text: str
+    centroid: np.ndarray
+
+
+def _own_lessons(memory: Memory) -> list[_Lesson]:
+    rows = memory.store.db.execute(
+        "SELECT hash, kind, text, centroid FROM lessons WHERE origin = '' AND archived = 0 AND centroid IS NOT NULL"
+        " AND space = ?", (HASHED_SPACE,)).fetchall()
+    return [_Lesson(str(r[0]), str(r[1]), str(r[2]), from_blob(r[3])) for r in rows]
+
+
+def _vector(event: dict[str, Any], now: datetime) -> tuple[str, np.ndarray] | None:
+    try:
+        parsed = parse_event(event, now=now + timedelta(days=1))
+    except EventError:
+        return None
+    return parsed.kind, HashedEmbedder().embed([parsed.gist])[0]
+
+
+class Replay:
+    def __init__(self, memory: Memory, home: Path, clock: FixedClock, report: ReplayReport) -> None:
+        self.memory, self.home, self.clock, self.report = memory, home, clock, report
+        self.threshold = join_threshold(HASHED_SPACE)
+        self.embedder = HashedEmbedder()
+
+    def _episodes(self) -> tuple[list[str], list[str], np.ndarray]:
+        rows = self.memory.store.db.execute(
+            "SELECT id, kind, embedding FROM episodes WHERE archived = 0 AND space = ? AND embedding IS NOT NULL",
+            (HASHED_SPACE,)).fetchall()
+        if not rows:
+            return [], [], np.zeros((0, 256), dtype=np.float32)
+        return ([str(r[0]) for r in rows], [str(r[1]) for r in rows],
+                np.stack([from_blob(r[2]) for r in rows]))
+
+    def session(self, s: Session) -> None:
+        lessons = _own_lessons(self.memory)
+        by_kind = {kind: [lesson for lesson in lessons if lesson.kind == kind] for kind in REPEAT_KINDS}
+        ids, kinds, matrix = self._episodes()
+        given: list[tuple[int, str]] = []  # (seq, lesson hash)
+        base_given: list[tuple[int, int]] = []  # (seq, episode row index)
+        base_seen: set[int] = set()
+        repeats: list[tuple[int, str, np.ndarray, str]] = []  # (seq, lesson hash, vector, kind)
+        events: list[dict[str, Any]] = []
+        for moment in s.moments:
+            self.clock.set(moment.at)
+            if moment.found is not None:
+                events.append(moment.found)
+                found = _vector(moment.found, moment.at)
+                if found is None or found[0] not in REPEAT_KINDS:
+                    continue
+                kind, vector = found
+                candidates = by_kind.get(kind, [])
+                if not candidates:
+                    continue
+                scores = [float(lesson.centroid @ vector) for lesson in candidates]
+                best = int(np.argmax(scores))
+                if scores[best] >= self.threshold:
+                    repeats.append((moment.seq, candidates[best].hash, vector, kind))
+                continue
+            payload = moment.payload | {"hook_event_name": moment.event, "session_id": s.session, "cwd": s.cwd}
+            before = q.already_given(self.memory.store.db, s.session)
+            hook.lessons_for(self.memory.store, self.home, payload, moment.event, s.session, 0.0,
+                             moment.at, _FAR)
+            for digest in sorted(q.already_given(self.memory.store.db, s.session) - before):
+                given.append((moment.seq, digest))
+            query = _query(moment.event, payload)
+            if query and len(ids):
+                vector = self.embedder.embed([query])[0]
+                scores = matrix @ vector
+                order = [int(i) for i in np.argsort(-scores) if scores[int(i)] >= hook.MIN_COSINE
+                         and int(i) not in base_seen][:BASELINE_TOP]
+                for i in order:
+                    base_seen.add(i)
+                    base_given.append((moment.seq, i))
+        self._tally(s, given, base_given, repeats, kinds, matrix, lessons)
+        self.memory.ingest(events)
+
+    def _tally(self, s: Session, given: list[tuple[int, str]], base_given: list[tuple[int, int]],
+               repeats: list[tuple[int, str, np.ndarray, str]], kinds: list[str], matrix: np.ndarray,
+               lessons: list[_Lesson]) -> None:
+        report = self.report
+        report.repeats += len(repeats)
+        texts = {lesson.hash: lesson.text for lesson in lessons}
+        for seq, digest, vector, kind in repeats:
+            if any(at < seq and d == digest for at, d in given):
+                report.memory.caught += 1
+                if len(report.examples) < 20:
+                    report.examples.append({"session": s.session, "caught": texts.get(digest, digest)})
+            else:
+                report.memory.missed += 1
+            if any(at < seq and kinds[i] == kind and float(matrix[i] @ vector) >= self.threshold
+                   for at, i in base_given):
+                report.baseline.caught += 1
+            else:
+                report.baseline.missed += 1
+        report.memory.injections += len(given)
+        report.memory.unused += sum(1 for at, d in given if not any(r[0] > at and r[1] == d for r in repeats))
+        report.baseline.injections += len(base_given)
+        report.baseline.unused += sum(
+            1 for at, i in base_given
+            if not any(r[0] > at and r[3] == kinds[i] and float(matrix[i] @ r[2]) >= self.threshold
+                       for r in repeats))
+
+
+def _query(event: str, payload: dict[str, Any]) -> str:
+    if event == "UserPromptSubmit":
+        return str(payload.get("prompt", ""))[:hook.MAX_QUERY_CHARS]
+    if event == "PreToolUse":
+        return hook.tool_query(payload)
+    return ""
+
+
+def _nights(start: datetime, end: datetime) -> Iterator[datetime]:
+    """The 03:00 of each day after ``start``'s, up to ``end``."""
+    night = start.replace(hour=3, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    while night <= end:
+        yield night
+        night += timedelta(days=1)
+
+
+def replay(claude: Path | None, codex: Path | None, *, config: Config | None = None) -> ReplayReport:
+    sessions, files, skipped = sessions_in(claude, codex)
+    report = ReplayReport(files=files, sessions=len(sessions), skipped=skipped)
+    if not sessions:
+        return report
+    with tempfile.TemporaryDirectory(prefix="neverest-replay-") as tmp:
+        home = Path(tmp)
+        home.chmod(0o700)
+        clock = FixedClock(sessions[0].start)
+        with Memory.open(home, config or Config(), clock) as memory:
+            run = Replay(memory, home, clock, report)
+            last = sessions[0].start
+            for s in sessions:
+                for night in _nights(last, s.start):
+                    clock.set(night)
+                    memory.night()
+                    report.days += 1
+                run.session(s)
+                last = max(last, s.moments[-1].at)
+            report.lessons = len(_own_lessons(memory))
+    return report
+
+
+def ratio(a: int, b: int) -> float:
+    return a / b if b else math.nan
+
+
+def table(report: ReplayReport) -> str:
+    rows = [("", "memory", "baseline"),
+            ("caught", str(report.memory.caught), str(report.baseline.caught)),
+            ("missed", str(report.memory.missed), str(report.baseline.missed)),
+            ("injections", str(report.memory.injections), str(report.baseline.injections)),
+            ("unused", str(report.memory.unused), str(report.baseline.unused))]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{report.sessions} sessions ({report.skipped} skipped) over {report.days} nights; "
+             f"{report.lessons} lessons learned; {report.repeats} repeats of a mistake a lesson was about"]
+    lines += [f"{name:<{width}}  {a:>8}  {b:>8}" for name, a, b in rows]
+    return "\n".join(lines)
+
+
+__all__ = ["ReplayReport", "iso", "replay", "table"]
