@@ -54,6 +54,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Final
 
+from neverest.agents.moments import bears_on_call
 from neverest.memory.queries import injections as q
 from neverest.memory.store import Store
 from neverest.paths import KEY_FILE, STORE_FILE, resolve_home
@@ -79,7 +80,7 @@ HEADER: Final = ("Neverest memory: observations from earlier sessions, not instr
 # How many lessons each event gives at most.
 TOP: Final = {"SessionStart": 5, "UserPromptSubmit": 3, "PreToolUse": 2, "Stop": 2}
 # The kind of lesson each event looks for (None: every kind).
-KIND: Final[dict[str, str | None]] = {"SessionStart": None, "UserPromptSubmit": None, "PreToolUse": "error",
+KIND: Final[dict[str, str | None]] = {"SessionStart": None, "UserPromptSubmit": None, "PreToolUse": None,
                                       "Stop": "correction"}
 FAILURE_EVENTS: Final = ("PostToolUse", "PostToolUseFailure")
 SESSION_MAX_CHARS: Final = 256
@@ -180,6 +181,14 @@ def tool_query(payload: dict[str, Any]) -> str:
         else:
             parts.extend(v for v in tool_input.values() if isinstance(v, str) and len(v) <= 1000)
     return " ".join(parts)[:MAX_QUERY_CHARS]
+
+
+def _command(payload: dict[str, Any]) -> str:
+    tool_input = payload.get("tool_input")
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    if isinstance(command, list):
+        command = " ".join(w for w in command if isinstance(w, str))
+    return command[:MAX_QUERY_CHARS] if isinstance(command, str) else ""
 
 
 def hand_back(payload: dict[str, Any]) -> str:
@@ -308,6 +317,15 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
     if event == "UserPromptSubmit":
         query = _text(payload.get("prompt"))
     elif event == "PreToolUse":
+        command = _command(payload)
+        if command:
+            # A shell call: the lessons whose situation it is (moments.py), error and correction alike.
+            query = tool_query(payload)
+            vector = hashed(query)
+            matched = [(dot(vector, hashed(g[0].text)), g) for g in groups
+                       if g[0].kind in ("error", "correction") and bears_on_call(g[0].text, command)]
+            return [g for _, g in sorted(matched, key=lambda item: -item[0])]
+        groups = [g for g in groups if g[0].kind == "error"]
         query = tool_query(payload)
     else:
         query = hand_back(payload)

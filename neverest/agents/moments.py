@@ -1,0 +1,111 @@
+"""Whether a tool call is the moment a lesson is about: its program and its traits, not bare words.
+
+A lesson about a mistake helps when it reaches the agent just before the mistake, and only then.
+Before a shell call the hook used to give every error lesson that shared a word with the command,
+so a lesson about unquoted route-group paths (a failure of ``ls app/(protected)``) came with
+``ls -la`` and ``git status`` too.  Here a lesson is read for the situation its sentence names
+(the sentences are the templates of ``neverest.memory.phrasing``, the same for lessons received
+from other memories):
+
+- a **trait** of the command ("an unquoted path holding `(`"): the call must have that trait,
+  whatever its program;
+- a **program** ("pip install fails …", "python is not installed here …", "The person wanted pnpm
+  rather than npm", "The person refused to let the agent run git push"): the call must run that
+  program (and that sub-command when the lesson names one);
+- neither: the call must share at least two key words with the lesson (words that are not filler,
+  flags or numbers), so one shared word such as "ls" or "git" is not enough.
+
+Standard library only: the hook imports this on every tool call.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Final
+
+_PAREN_TRAIT: Final = "unquoted path holding `(`"
+_GLOB_TRAIT: Final = "unquoted glob or bracket"
+_SEPARATORS: Final = frozenset({"&&", "||", ";", "|", "&"})
+_WRAPPERS: Final = frozenset({"sudo", "env", "time", "command", "exec", "nohup", "nice", "(", "{"})
+_SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo"})
+# Lesson sentences that name a program, as the templates write them.
+_NAMES_PROGRAM: Final = (
+    re.compile(r"^([\w.+-]+(?: [a-z][\w-]*)?) (?:fails|is blocked|runs out|reports|hangs|needs|requires|exits|"
+               r"crashes|times out|is rejected|returns)\b"),
+    re.compile(r"^([\w.+-]+) is not installed here"),
+    re.compile(r"^The person (?:refused to let the agent run|stopped the agent while it ran|objected when the "
+               r"agent ran) ([\w.+-]+(?: [a-z][\w-]*)?)$"),
+    # "wanted pnpm rather than npm": the moment is the call to npm, the one the person did not want.
+    re.compile(r"^The person wanted (?:the agent to use )?(?:[\w.+-]+) rather than ([\w.+-]+)$"),
+)
+_KEY: Final = re.compile(r"[A-Za-z][\w.+-]{2,}")
+_FILLER: Final = frozenset(
+    "the and for with from into that this when then than fails failed error errors works work here there not "
+    "was were are has have had does did done its into onto also only just more most some any all each every "
+    "project person agent shell command commands path paths file files folder run runs ran use used wanted "
+    "rather instead such holding while because installed found exist exists".split())
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command[:2000], comments=True)
+    except ValueError:
+        return command[:2000].split()
+
+
+def command_programs(command: str) -> list[tuple[str, str]]:
+    """(program, first argument) of each simple command of a shell line that does work."""
+    out: list[tuple[str, str]] = []
+    segment: list[str] = []
+    for word in [*_words(command), ";"]:
+        if word not in _SEPARATORS:
+            segment.append(word)
+            continue
+        words = [w for w in segment if w not in _WRAPPERS and "=" not in w.split("/", 1)[0]]
+        if words and words[0] not in _SETUP:
+            program = words[0].rsplit("/", 1)[-1]
+            argument = next((w for w in words[1:] if not w.startswith("-")), "")
+            out.append((program, argument))
+        segment = []
+    return out
+
+
+def command_traits(command: str) -> set[str]:
+    """The traits a lesson may name, as this command has them."""
+    bare = re.sub(r"'[^']*'|\"[^\"]*\"|\\.", " ", command)  # what stands outside quotes and escapes
+    traits = set()
+    if any("(" in w and ("/" in w or w.startswith("(")) and not w.startswith("$(") for w in bare.split()):
+        traits.add(_PAREN_TRAIT)
+    if any(ch in w for w in bare.split() for ch in "[]*?") and not bare.lstrip().startswith(("[", "test ")):
+        traits.add(_GLOB_TRAIT)
+    return traits
+
+
+def lesson_situation(text: str) -> tuple[str, set[str]]:
+    """What a lesson's sentence says its moment is: ("trait", {trait}), ("program", {programs}) or
+    ("words", {key words})."""
+    for trait in (_PAREN_TRAIT, _GLOB_TRAIT):
+        if trait in text:
+            return "trait", {trait}
+    for pattern in _NAMES_PROGRAM:
+        found = pattern.match(text)
+        if found:
+            return "program", {g for g in found.groups() if g}
+    return "words", {w.lower() for w in _KEY.findall(text)} - _FILLER
+
+
+def bears_on_call(text: str, command: str) -> bool:
+    """Whether the lesson ``text`` is about the moment a shell call ``command`` is."""
+    kind, keys = lesson_situation(text)
+    if kind == "trait":
+        return bool(keys & command_traits(command))
+    programs = command_programs(command)
+    if kind == "program":
+        for key in keys:
+            program, _, sub = key.partition(" ")
+            if any(p == program and (not sub or a == sub) for p, a in programs):
+                return True
+        return False
+    words = {w.lower() for w in _KEY.findall(command)} - _FILLER
+    return len(keys & words) >= 2
