@@ -56,6 +56,7 @@ from neverest.config import ConfigError, load_config
 from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.identity import IdentityError
 from neverest.memory.render import lesson_rows
+from neverest.memory.scrub import scrub
 from neverest.memory.service import Memory
 from neverest.memory.states import trust_filter
 from neverest.memory.store import StoreError
@@ -87,7 +88,7 @@ def _provenance(row: dict[str, Any], own_origin: str) -> str:
 def _observation(row: dict[str, Any], state: str, support: int, own_origin: str) -> dict[str, Any]:
     """A lesson as the agent sees it: the sentence, framed, with kind, state and provenance."""
     return {
-        "type": "lesson", "hash": row["hash"], "kind": row["kind"], "text": row["text"],
+        "type": "lesson", "hash": row["hash"], "kind": row["kind"], "text": scrub(row["text"]),
         "framing": FRAMING, "state": state, "support": support, "origin": row["origin"] or own_origin,
         "provenance": _provenance(row, own_origin), "strength": row["strength"], "seen": row["seen"],
         "layer": row["layer"],

@@ -20,17 +20,11 @@ import re
 from typing import Final
 
 from neverest.memory import error_class
+from neverest.memory.scrub import scrub
 from neverest.safety import imperative_reason
 
 MAX_LESSON_CHARS: Final = 200
 
-_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
-_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b")
-_PATH = re.compile(r"(?:(?<=\s)|^)(?:~|\.{1,2})?(?:[\w.@+:-]*[/\\])+[\w.@+-]*")
-_HEXID = re.compile(r"\b[0-9a-f]{12,}\b", re.I)
-_SECRET = re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{24,}\b")
-_ASSIGN = re.compile(r"\b([A-Z][A-Z0-9_]{1,})=\S+")
-_SPACES = re.compile(r"\s+")
 # What an error's "happened" starts with when it already reads as the verb of a sentence.
 _PREDICATE = re.compile(
     r"(?:fails?|failed|hangs?|hung|crash(?:es|ed)?|breaks?|broke|errors?|errored|times? out|timed out|returns?|"
@@ -39,17 +33,6 @@ _PREDICATE = re.compile(
     r"runs|ran|takes|took|stops|stopped|loses|lost|picks|picked)\b(?!:)",
     re.I,
 )
-
-
-def scrub(text: str) -> str:
-    """Remove what identifies a machine or person from a phrase; keep the words."""
-    text = _URL.sub("a URL", text)
-    text = _EMAIL.sub("an address", text)
-    text = _PATH.sub("a path", text)
-    text = _HEXID.sub("an id", text)
-    text = _SECRET.sub("a token", text)
-    text = _ASSIGN.sub(r"\1", text)  # "LANG=C" → "LANG": the variable matters, its value may not
-    return _SPACES.sub(" ", text).strip(" .;:,")
 
 
 _TOOL_PREFIX: Final = re.compile(r"^[\w.-]+: (?=\S)")

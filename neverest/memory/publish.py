@@ -32,6 +32,7 @@ from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.queries import lessons
 from neverest.memory.queries import projects as projects_table
+from neverest.memory.scrub import leftovers, meaningful
 from neverest.memory.store import Store, meta_value
 from neverest.records import Record, sign_confirm, sign_lesson, sign_refute, sign_revoke
 
@@ -81,11 +82,23 @@ def _refute_record(identity: Identity, target: str, at: str, seq: int) -> Record
     return sign_refute(identity.signing_key, target, at=at, seq=seq)
 
 
+def personal_reason(text: str) -> str | None:
+    """Why a lesson's text must stay on this machine though its project is shared (it still holds
+    something scrubbing removes, or means nothing once scrubbed), or None."""
+    left = leftovers(text)
+    if left is not None:
+        return left
+    return None if meaningful(text) else "says nothing once scrubbed"
+
+
 def publishable(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
-    """(hash, kind, text, seen, strength) of this memory's lessons the owner chose to share."""
+    """(hash, kind, text, seen, strength) of this memory's lessons the owner chose to share (a text
+    ``personal_reason`` finds fault with stays personal)."""
     out = []
     chosen = [(p.path, p.corrections) for p in projects_table.listing(db)]
     for digest, kind, text, seen, strength, cwd in lessons.own_untombstoned(db):
+        if personal_reason(text) is not None:
+            continue
         for path, corrections in chosen:
             inside = cwd == path or cwd.startswith(path.rstrip("/") + "/")
             if inside and (kind != "correction" or corrections):

@@ -20,6 +20,7 @@ from typing import Any
 
 from neverest.files import atomic_write
 from neverest.memory.queries import lessons, sleeps
+from neverest.memory.scrub import scrub
 from neverest.memory.store import Store
 from neverest.paths import LESSONS_FILE
 
@@ -71,7 +72,7 @@ def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
     lines = []
     for lesson in lessons:
         lines.append(json.dumps({
-            "id": str(lesson["id"]), "text": lesson["text"], "kind": lesson["kind"], "seen": lesson["seen"],
+            "id": str(lesson["id"]), "text": scrub(lesson["text"]), "kind": lesson["kind"], "seen": lesson["seen"],
             "strength": lesson["strength"], "updated": lesson["updated"], "hash": lesson["hash"],
             "origin": lesson["origin"] or own_origin, "layer": lesson["layer"],
         }, ensure_ascii=False))
@@ -82,7 +83,7 @@ def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
     for lesson in lessons:
         md.append(f"- **{lesson['kind']}** ({lesson['layer']} layer, strength {lesson['strength']:.2f}, "
                   f"seen {lesson['seen']}): "
-                  f"{lesson['text']}  ")
+                  f"{scrub(lesson['text'])}  ")
         md.append(f"  _{_provenance(lesson, own_origin)}; hash {lesson['hash']}_")
     atomic_write(home / LESSONS_MD, ("\n".join(md) + "\n").encode("utf-8"))
 
