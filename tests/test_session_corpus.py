@@ -70,7 +70,9 @@ def test_every_jsonl_file_is_listed():
 def test_files_sit_where_their_agent_keeps_them():
     for entry in _sources():
         if entry["agent"] == "claude-code":
-            assert entry["file"].startswith("claude/projects/-"), entry["file"]
+            folder = entry["file"].split("/")[2]
+            assert entry["file"].startswith("claude/projects/"), entry["file"]
+            assert "/" not in folder and ":" not in folder and "." not in folder, entry["file"]
         else:
             name = entry["file"].rsplit("/", 1)[-1]
             assert entry["file"].startswith("codex/sessions/"), entry["file"]
