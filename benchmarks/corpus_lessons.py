@@ -36,7 +36,7 @@ from neverest.memory.service import Memory
 from neverest.safety import imperative_reason
 
 IDENTIFYING = re.compile(
-    r"(?:^|[\s\"'(=:`])(?:~|\.{1,2})?/(?:[\w.@+-]+/)+[\w.@+-]*|[A-Za-z]:\\\\[\w\\\\]|"
+    r"(?:^|[\s\"'(=:`])(?:~|\.{1,2})?/(?:[\w.@+-]+/)+[\w.@+-]*|\b[A-Za-z]:\\|"
     r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b|\b[a-z][a-z0-9+.-]*://\S+|\b[0-9a-f]{12,}\b|"
     r"\b(?:sk|ghp|gho|xoxb|xoxp|AKIA)[-_A-Za-z0-9]{12,}")
 ESCAPES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

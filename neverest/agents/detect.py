@@ -125,8 +125,9 @@ def is_correction(text: str) -> bool:
 
 
 def surprise_sentence(text: str) -> str:
-    """The first sentence of ``text`` stating a surprise, or ''."""
-    match = _SURPRISE.search(text)
+    """The first sentence of ``text`` stating a surprise, or '' (words inside a quoted `output` are
+    the output's, not the agent's)."""
+    match = next((m for m in _SURPRISE.finditer(text) if text.count("`", 0, m.start()) % 2 == 0), None)
     if match is None:
         return ""
     start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, match.start())), default=0)
@@ -290,6 +291,9 @@ class Detector:
         self.exits.pop(result.call_id, None)
         name, command = (str(call[0]), call[1]) if call and len(call) == 2 else ("tool", None)
         did = f"ran {name}" + (f": {_cut(command)}" if command else "")
+        if result.interrupted:  # the person stopped the call: the words that follow say why
+            self.refusal = {"reaction": "interrupted", "did": did, "at": at}
+            return []
         if result.rejected:
             if result.said:
                 return [self._correction(result.said, did, "rejected", at)]

@@ -59,7 +59,7 @@ _CLASSES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple((name, re.compi
     (COMMAND_NOT_FOUND, r"command not found|: not found$|is not recognized as an internal or external command|"
                         r"no such file or directory \(os error 2\).*spawn|executable file not found|"
                         r"\bcommand\b.*\bnot found\b|linker [`'\"]?\w+[`'\"]? not found|"
-                        r"(?:program|binary|executable) not found"),
+                        r"(?:program|binary|executable) not found|\b\w+ was not found; run without arguments"),
     (DEPENDENCY, r"modulenotfounderror|no module named|cannot find module|module not found|"
                  r"could not resolve (?:dependency|import)|unresolved import|cannot find package|"
                  r"importerror|package .* (?:is )?not installed|could not find a version that satisfies|"
@@ -78,10 +78,11 @@ _CLASSES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple((name, re.compi
     (NETWORK, r"timed? ?out|timeout|connection (?:refused|reset|closed)|could not resolve host|"
               r"name or service not known|temporary failure in name resolution|network is unreachable|"
               r"econnrefused|econnreset|enotfound|etimedout|getaddrinfo|ssl: |certificate verify failed|"
-              r"failed to connect|unable to connect|502 bad gateway|503 service unavailable"),
+              r"failed to connect|unable to connect|502 bad gateway|503 service unavailable|"
+              r"address already in use"),
     (PERMISSION, r"permission denied|eacces|access is denied|not permitted|forbidden|unauthori[sz]ed|"
                  r"authentication failed|requires root|must be run as root"),
-    (FAILING_TEST, r"\b\d+ (?:failed|failing)\b|tests? failed|failed tests?|assertionerror|"
+    (FAILING_TEST, r"\b\d+ (?:failed|failing)\b(?!:)|tests? failed|failed tests?|assertionerror|"
                    r"^failed |\bfail(?:ed)?:? .*test|test suites?: \d+ failed|✕|"
                    r"expected .* (?:to equal|to be|received)"),
     (TYPE_ERROR, r"\berror ts\d+|error\[e\d+\]|type ?error|syntaxerror|compil(?:e|ation) (?:error|failed)|"

@@ -35,6 +35,7 @@ _PREDICATE = re.compile(
 )
 
 
+_SUBCOMMAND: Final = re.compile(r"^[a-z][a-z0-9-]*$")
 _TOOL_PREFIX: Final = re.compile(r"^[\w.-]+: (?=\S)")
 _CLASS_SUFFIX: Final = re.compile(r" \((?:" + "|".join(re.escape(c) for c in sorted(error_class.ALL)) + r")\)$")
 
@@ -51,6 +52,8 @@ def command_head(title: str) -> str:
     for word in title.split():
         if word.startswith(("-", "/", "./", "~", "$", "'", '"')) or "/" in word or "=" in word:
             break
+        if words and not _SUBCOMMAND.match(word):
+            break  # an argument (a host, a file, a number), not a sub-command
         words.append(word)
         if len(words) == 3:
             break
@@ -254,7 +257,9 @@ def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[st
     # The plain forms: what failed and how, in the output's own words.
     plain: list[str] = []
     happened_s = scrub(happened)
-    if head and happened_s:
+    if head == "Several programs" and happened_s:
+        plain.append(f"Several programs fail the same way: {happened_s}")
+    elif head and happened_s:
         if _PREDICATE.match(happened_s):  # "fails without ...", "hangs when ..."
             plain.append(f"{head} {_lower_first(happened_s)}")
         plain.append(f"{head} fails: {happened_s}")

@@ -44,6 +44,12 @@ _PATH: Final = re.compile(
     r"(?<![\w/.~()-])(?:~|\.{1,2})?/?(?:[\w.@+()\[\]-]+/)+[\w.@+()\[\]-]*|"
     r"(?<![\w/.~-])(?:~|\.{1,2})/[\w.@+()-]*|(?<![\w:/.~-])/[\w.@+()-]+")
 _SHORT_PAIR: Final = re.compile(r"^[A-Za-z]{1,4}/[A-Za-z]{1,4}$")
+# A host name: dotted labels ending in a top-level domain people use for machines and sites (a file name
+# such as next.config.mjs or package.json ends in an extension, not in one of these).
+_HOST: Final = re.compile(
+    r"\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|net|org|io|dev|app|us|uk|de|fr|nl|eu|ca|au|in|jp|cn|"
+    r"ru|br|ch|se|no|it|es|pl|local|localdomain|internal|lan|home|corp|intranet|cloud|ai|co|me|info|biz|xyz|tech|"
+    r"site|online|gov|edu)\b(?![\w-])", re.I)
 _HOME_USER: Final = re.compile(r"(?:/home/|/Users/|\\Users\\|/var/folders/)([\w.-]+)", re.I)
 _ASSIGN: Final = re.compile(r"\b([A-Z][A-Z0-9_]{1,})=\S+")
 _SPACES: Final = re.compile(r"\s+")
@@ -89,6 +95,7 @@ def scrub(text: str) -> str:
     text = _WINDOWS.sub("a path", text)
     text = _PATH.sub(_path, text)
     text = _IP.sub("an IP", text)
+    text = _HOST.sub("a host", text)
     text = _HEXID.sub("an id", text)
     text = _SECRET.sub("a token", text)
     for name in sorted(users | set(_local_names()), key=len, reverse=True):
@@ -100,7 +107,7 @@ def scrub(text: str) -> str:
 
 def leftovers(text: str) -> str | None:
     """What scrubbing would still remove from ``text`` (a reason), or None when it is clean."""
-    for name, pattern in (("a URL", _URL), ("an e-mail address", _EMAIL), ("a token", _TOKEN),
+    for name, pattern in (("a URL", _URL), ("an e-mail address", _EMAIL), ("a token", _TOKEN), ("a host", _HOST),
                           ("a path", _WINDOWS), ("an IP address", _IP), ("an id", _UUID)):
         found = pattern.search(text)
         if found:

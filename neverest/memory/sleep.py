@@ -54,7 +54,7 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.model import Writer
-from neverest.memory.phrasing import claim_of, observation, shell_head
+from neverest.memory.phrasing import claim_of, command_head, observation, shell_head
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.store import Store
@@ -99,6 +99,11 @@ class SleepReport:
 
 _DELEGATION: Final = {"rejected": "acted, stopped", "interrupted": "acted, stopped",
                       "told to act": "asked, told to act"}
+
+
+def _program(row: episodes.Pending) -> str:
+    head = shell_head(row.agent_did) if row.agent_did else command_head(row.title)
+    return head.split(" ", 1)[0]
 
 
 def delegation_kind(reaction: str) -> str:
@@ -303,6 +308,9 @@ class _Consolidator:
         # The source that knows what worked says the most; else the newest episode.
         rows = [row, *episodes.phrasing_rows(self.store.db, partners)]
         best = next((r for r in rows if r.worked), row)
+        if kind == "error" and len({_program(r) for r in rows}) > 1:
+            # The same failure met by several programs: it is about none of them (say, the shell itself).
+            best = best._replace(title="Several programs", agent_did="", worked="")
         text = observation(kind, title=best.title, said=best.said, expected=best.expected, happened=best.happened,
                            text=best.text, agent_did=best.agent_did, worked=best.worked, reaction=best.reaction)
         if self.writer is not None and text is not None:
