@@ -48,7 +48,7 @@ def command_head(title: str) -> str:
     title = _CLASS_SUFFIX.sub("", title.strip())
     if _TOOL_PREFIX.match(title):
         title = _TOOL_PREFIX.sub("", title, count=1)
-    words = []
+    words: list[str] = []
     for word in title.split():
         if word.startswith(("-", "/", "./", "~", "$", "'", '"')) or "/" in word or "=" in word:
             break
