@@ -234,6 +234,8 @@ class Replay:
             self.clock.set(moment.at)
             if moment.found is not None:
                 events.append(moment.found)
+                if "worked" in moment.found:
+                    continue  # the same error sent again with what worked: not a second repeat
                 found = _vector(moment.found, moment.at)
                 if found is None or found[0] not in REPEAT_KINDS:
                     continue
@@ -326,7 +328,9 @@ def replay(claude: Path | None, codex: Path | None, *, config: Config | None = N
                     report.days += 1
                 run.session(s)
                 last = max(last, s.moments[-1].at)
-            report.lessons = len(_own_lessons(memory))
+            # Every lesson learned on the way, the ones that decayed since included.
+            report.lessons = int(memory.store.db.execute("SELECT count(*) FROM lessons WHERE origin = ''")
+                                 .fetchone()[0])
     return report
 
 
