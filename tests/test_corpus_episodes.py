@@ -1,0 +1,84 @@
+"""The detectors on real session files public repositories committed (tests/data/sessions, provenance in
+SOURCES.json): the moments a careful reader sees there are found, the benign exits are not errors, and what
+the night learns passes every gate."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neverest.agents.ingest import ingest_transcripts
+from neverest.clock import FixedClock
+from neverest.config import Config
+from neverest.memory.scrub import leftovers
+from neverest.memory.service import Memory
+from neverest.safety import imperative_reason
+
+CORPUS = Path(__file__).parent / "data" / "sessions"
+NOW = datetime(2027, 1, 1, 3, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[dict[str, Any]], list[str]]]:
+    root = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(CORPUS, root / "sessions")
+    home = root / "home"
+    home.mkdir(mode=0o700)
+    clock = FixedClock(NOW)
+    with Memory.open(home, Config(), clock) as memory:
+        ingest_transcripts(memory, claude=root / "sessions" / "claude" / "projects",
+                           codex=root / "sessions" / "codex" / "sessions")
+        memory.night()
+        clock.set(NOW + timedelta(days=1))
+        memory.night()
+        db = memory.store.db
+        cols = ("kind", "session", "title", "said", "happened", "reaction", "agent_did", "worked")
+        episodes = [dict(zip(cols, row, strict=True)) for row in db.execute(f"SELECT {', '.join(cols)} FROM episodes")]
+        lessons = [str(r[0]) for r in db.execute("SELECT text FROM lessons")]
+    yield episodes, lessons
+
+
+def of(episodes: list[dict[str, Any]], session: str, kind: str) -> list[dict[str, Any]]:
+    return [e for e in episodes if e["session"].startswith(session) and e["kind"] == kind]
+
+
+def test_an_interrupt_and_the_words_after_it_are_a_correction(learned: tuple[list[dict[str, Any]], list[str]]
+                                                              ) -> None:
+    episodes, _ = learned
+    said = {(e["said"][:40], e["reaction"]) for e in of(episodes, "c76e5be5", "correction")}
+    assert ("I think we should investigate the claude", "interrupted") in said
+    assert ("resume", "interrupted") in said
+    # The interrupted tool call is no error, and no error holds the harness's interrupt text.
+    assert not [e for e in episodes if e["kind"] == "error" and "interrupted by user" in e["happened"]]
+
+
+def test_benign_exits_in_real_sessions_are_not_errors(learned: tuple[list[dict[str, Any]], list[str]]) -> None:
+    episodes, _ = learned
+    errors = [e for e in episodes if e["kind"] == "error"]
+    assert not [e for e in errors if "nothing to commit" in e["happened"]]  # DRMacIver/claude-reliability
+    assert not [e for e in errors if e["title"].startswith("exec_command: rg") and not e["happened"]]
+
+
+def test_a_failed_call_learns_what_worked(learned: tuple[list[dict[str, Any]], list[str]]) -> None:
+    episodes, _ = learned
+    [powercfg] = [e for e in of(episodes, "343e3472", "error") if e["title"] == "Bash: powercfg"]
+    assert powercfg["worked"].startswith("powercfg -change")
+
+
+def test_every_lesson_learned_passes_the_gates(learned: tuple[list[dict[str, Any]], list[str]]) -> None:
+    _, lessons = learned
+    assert lessons  # the cygpath failure met by several programs in two sessions
+    for text in lessons:
+        assert len(text) <= 200 and imperative_reason(text) is None and leftovers(text) is None, text
+        assert "\x1b" not in text and "Mischa" not in text and "C:\\" not in text
+    assert "Several programs fail the same way: Command failed: cygpath -u a path" in lessons
+
+
+def test_no_episode_keeps_a_terminal_escape(learned: tuple[list[dict[str, Any]], list[str]]) -> None:
+    episodes, _ = learned
+    assert not [e for e in episodes if "\x1b" in (e["happened"] or "") + (e["said"] or "")]
