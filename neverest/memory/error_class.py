@@ -108,6 +108,8 @@ _COMPARES: Final = frozenset({"diff", "cmp", "comm"})
 _TESTS: Final = frozenset({"test", "[", "[[", "false"})
 _LOOKUPS: Final = frozenset({"which", "type", "command", "hash", "whereis"})
 _SEPARATORS: Final = frozenset({"&&", "||", ";", "|", "&"})
+_SHELL_TROUBLE: Final = re.compile(r"no matches found|syntax error|command not found|no such file|permission denied|"
+                                   r"unrecognized|invalid|\berror\b", re.IGNORECASE)
 _NOTHING_TO_COMMIT: Final = re.compile(r"nothing to commit|no changes added to commit|nothing added to commit",
                                        re.IGNORECASE)
 
@@ -155,6 +157,8 @@ def benign_exit(command: str | list[str] | None, code: int | None, output: str) 
         return False
     last = parts[-1]
     program = _program(last)
+    if _SHELL_TROUBLE.search(output[:4000]):
+        return False  # the shell or the program said what went wrong: not a quiet "no"
     if program in _GREPS | _COMPARES | _TESTS | _LOOKUPS:
         return True
     if program == "git" and len(last) > 1:

@@ -162,6 +162,12 @@ def _trait(cls: str, failed: str, happened: str) -> str:
     return ""
 
 
+def _has_bare(command: str, char: str) -> bool:
+    """Whether ``char`` stands in a path-like word outside quotes in ``command``."""
+    return any(char in w and ("/" in w or w.startswith(char)) and not w.startswith("$(")
+               for w in _unquoted_words(command))
+
+
 def _flags(words: list[str]) -> set[str]:
     return {w.split("=", 1)[0] for w in words if re.match(r"^--?[A-Za-z][\w-]*(?:=|$)", w)}
 
@@ -181,6 +187,8 @@ def what_worked(failed: str, worked: str) -> str:
     p_before, p_after = shell_head(failed).split()[:1], shell_head(worked).split()[:1]
     if p_before and p_after and p_before != p_after:
         return f"{p_after[0]} works instead"
+    if _has_bare(failed, "(") and not _has_bare(worked, "(") and "(" in worked:
+        return "quoting the path works"  # the route-group path is quoted now, whatever else changed
     if flat_before == flat_after:
         # The same words once the shell has read them: what differs is the quoting.
         return "quoting the path works" if any(c in failed for c in "()[]* ") else "quoting the arguments works"
