@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from neverest.agents.moments import bears_on_call
+from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
 from neverest.memory.scrub import scrub
 from neverest.memory.store import Store
@@ -333,18 +334,22 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
     vector = hashed(query)
     if not vector:
         return []
-    query_words = set(words(query)) - _FILLER
-    scored: list[tuple[float, list[q.Candidate]]] = []
+    # A lesson bears on the words when it holds one of their key terms (keyterms.py: not filler, not the
+    # words every failure is told in), inside a longer identifier too; the most shared terms first.
+    terms = key_terms(query)
+    scored: list[tuple[int, float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
-        if query_words.isdisjoint(words(row.text)):
-            continue  # the cheaper test first: most lessons share no word with the query
+        text = row.text.lower()
+        shared = sum(1 for term in terms if term in text)
+        if not shared:
+            continue  # the cheaper test first: most lessons share no key term with the query
         lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
         cosine = dot(vector, lesson)
         if cosine >= MIN_COSINE:
-            scored.append((cosine, group))
-    scored.sort(key=lambda item: -item[0])
-    return [group for _, group in scored]
+            scored.append((shared, cosine, group))
+    scored.sort(key=lambda item: (-item[0], -item[1]))
+    return [group for _, _, group in scored]
 
 
 def judge(db: sqlite3.Connection, home: Path, hashes: set[str], now: datetime) -> dict[str, tuple[str, int]]:

@@ -128,7 +128,12 @@ def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
             forms.append(f"The person wanted the agent to {_lower_first(_clause(positive.group(1), 140))}")
     if said and not forms and not _COMPLAINT.search(said) and len(said.split()) >= 3:
         # A fact the person set right ("the staging database is read-only"), reported as theirs.
-        forms.append(f"The person corrected the agent: {_clause(_LEAD_WORDS.sub('', said), 160)}")
+        fact = _LEAD_WORDS.sub("", said)
+        forms.append(f"The person corrected the agent: {_clause(fact, 160)}")
+        # Its first clause alone, when the rest reads as an order ("…, never migrate it").
+        first = re.split(r"\s*(?:[,;:]| - | but | so )\s*", fact, maxsplit=1)[0]
+        if first != fact and len(first.split()) >= 3:
+            forms.append(f"The person corrected the agent: {_clause(first, 160)}")
     head = shell_head(agent_did[len("ran "):].split(": ", 1)[1]) if agent_did.startswith("ran ") and ": " in \
         agent_did else ""
     if head and reaction in _OBJECTIONS and len(said.split()) <= 12:

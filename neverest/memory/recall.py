@@ -1,11 +1,15 @@
 """Recall: the episodes and lessons a query bears on, scored as in the README ("Recall").
 
 score = 0.6·cosine + 0.25·2^(−age/30 days) + 0.15·min(strength, 2)/2
+        + 1 if the row shares a key term of the query, + 0.2·BM25/best BM25
 
 over every unarchived episode and lesson whose vector is in the query's space and whose
-cosine with the query reaches the relevance floor (``relevance_floor``): a query that
-shares nothing with the memory returns nothing, rather than the most recent rows at
-cosine 0.  The episodes returned are touched (+0.1 strength, +1 recall): what is
+cosine with the query reaches the relevance floor (``relevance_floor``), or that shares a key
+term (``keyterms.py``: the query's words that are not filler or generic to failures, found in
+the full-text index, inside longer identifiers too): a query that shares nothing with the
+memory returns nothing, rather than the most recent rows at cosine 0.  A row sharing a key
+term ranks above every row sharing none ("fastapi module not found" puts ModuleNotFoundError
+for fastapi above a linker that was not found).  The episodes returned are touched (+0.1 strength, +1 recall): what is
 recalled is used, and what is used decays more slowly.
 
 Everything stored is recallable at once: events are stored with a hashed vector and
@@ -24,6 +28,7 @@ import numpy as np
 
 from neverest.clock import iso
 from neverest.memory.embed import HASHED_SPACE, Embedder, stack, words
+from neverest.memory.keyterms import key_terms, matches
 from neverest.memory.queries import episodes, lessons
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.sleep import embed_rows
@@ -40,6 +45,9 @@ TOUCH_STEP: Final = 0.1
 # never saw returns nothing.  A model's space puts unrelated sentences well above 0
 # (typically 0.1-0.3 for the small embedding models served locally), so its floor is higher.
 HASHED_MIN_COSINE: Final = 0.1
+# A row that shares a key term of the query outranks any that shares none: the rest of the score is at most 1.
+KEY_TERM_BONUS: Final = 1.0
+BM25_WEIGHT: Final = 0.2
 MODEL_MIN_COSINE: Final = 0.3
 # At most this many rows per hit asked for are read to find hits that share a word.
 _CHECKED_PER_HIT: Final = 10
@@ -98,7 +106,20 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
     recency = np.power(2.0, -ages / RECALL_HALF_LIFE_DAYS)
     strengths = np.array(found.strengths + learned.strengths, dtype=np.float64)
     scores = 0.6 * cosines + 0.25 * recency + 0.15 * np.minimum(strengths, 2.0) / 2.0
-    relevant = np.flatnonzero(cosines >= relevance_floor(space))
+    # Key terms (keyterms.py): a row sharing one ranks above every row sharing none, and BM25 orders them.
+    terms = key_terms(query)
+    bm25 = np.zeros(len(keys), dtype=np.float64)
+    if terms:
+        for offset, table, table_keys in ((0, "episodes", found.keys), (n_episodes, "lessons", learned.keys)):
+            weights = matches(store.db, table, terms)
+            if weights:
+                for i, key in enumerate(table_keys):
+                    weight = weights.get(int(key))
+                    if weight is not None:
+                        bm25[offset + i] = weight
+        shares = bm25 > 0
+        scores = scores + KEY_TERM_BONUS * shares + BM25_WEIGHT * bm25
+    relevant = np.flatnonzero((cosines >= relevance_floor(space)) | (bm25 > 0))
     if not len(relevant):
         return []
     hashed = space == HASHED_SPACE
@@ -116,7 +137,7 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
             ep_id, kind, text, at = episodes.shown(store.db, key)
         else:
             ep_id, (kind, text, at) = str(key), lessons.shown(store.db, key)
-        if hashed and query_words.isdisjoint(words(text)):
+        if hashed and bm25[i] == 0 and query_words.isdisjoint(words(text)):
             continue  # a collision of different words in the hashed slots, not a match
         hits.append(Hit(type="episode" if is_episode else "lesson", id=ep_id, kind=kind, text=text,
                         score=round(float(scores[i]), 4), cosine=round(float(cosines[i]), 4),

@@ -292,8 +292,38 @@ ALTER TABLE episodes ADD COLUMN worked TEXT NOT NULL DEFAULT '';
 ALTER TABLE episodes ADD COLUMN reaction TEXT NOT NULL DEFAULT ''
 """
 
+# Version 8: full-text indexes (FTS5, trigram: a word matches inside a longer identifier, "module" in
+# ModuleNotFoundError) over the episodes' gists and the lessons' texts, kept by triggers, for recall's and the
+# hook's key-term matching with BM25.  External content: the text is stored once, in its own table.
+_SCHEMA_V8: Final = """
+CREATE VIRTUAL TABLE episodes_fts USING fts5(gist, content='episodes', content_rowid='rowid', tokenize='trigram');
+CREATE TRIGGER episodes_fts_in AFTER INSERT ON episodes BEGIN
+    INSERT INTO episodes_fts(rowid, gist) VALUES (NEW.rowid, NEW.gist);
+END;
+CREATE TRIGGER episodes_fts_out AFTER DELETE ON episodes BEGIN
+    INSERT INTO episodes_fts(episodes_fts, rowid, gist) VALUES ('delete', OLD.rowid, OLD.gist);
+END;
+CREATE TRIGGER episodes_fts_up AFTER UPDATE OF gist ON episodes BEGIN
+    INSERT INTO episodes_fts(episodes_fts, rowid, gist) VALUES ('delete', OLD.rowid, OLD.gist);
+    INSERT INTO episodes_fts(rowid, gist) VALUES (NEW.rowid, NEW.gist);
+END;
+CREATE VIRTUAL TABLE lessons_fts USING fts5(text, content='lessons', content_rowid='id', tokenize='trigram');
+CREATE TRIGGER lessons_fts_in AFTER INSERT ON lessons BEGIN
+    INSERT INTO lessons_fts(rowid, text) VALUES (NEW.id, NEW.text);
+END;
+CREATE TRIGGER lessons_fts_out AFTER DELETE ON lessons BEGIN
+    INSERT INTO lessons_fts(lessons_fts, rowid, text) VALUES ('delete', OLD.id, OLD.text);
+END;
+CREATE TRIGGER lessons_fts_up AFTER UPDATE OF text ON lessons BEGIN
+    INSERT INTO lessons_fts(lessons_fts, rowid, text) VALUES ('delete', OLD.id, OLD.text);
+    INSERT INTO lessons_fts(rowid, text) VALUES (NEW.id, NEW.text);
+END;
+INSERT INTO episodes_fts(episodes_fts) VALUES ('rebuild');
+INSERT INTO lessons_fts(lessons_fts) VALUES ('rebuild')
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6,
-                                      _SCHEMA_V7)
+                                      _SCHEMA_V7, _SCHEMA_V8)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
@@ -406,6 +436,10 @@ class Store:
             self.db.execute("VACUUM")
         except sqlite3.OperationalError as exc:
             raise self._explain(exc) from None
+        # VACUUM may renumber the rowids of a table without an INTEGER PRIMARY KEY (episodes): the index
+        # of their gists is rebuilt on the new ones.
+        with self.write() as db:
+            db.execute("INSERT INTO episodes_fts(episodes_fts) VALUES ('rebuild')")
 
     def checkpoint_truncate(self) -> bool:
         """Copy the WAL into the database and truncate it to zero bytes, so that content deleted
