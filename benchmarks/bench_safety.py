@@ -5,6 +5,9 @@ names its source and licence), lesson-like advice, and lesson-like observations 
 tooling.  A line labelled "inject" or "advice" should be refused (the positive class), one labelled
 "observation" accepted.  Lines marked ``"split": "held"`` were written before the detector was
 tuned on the "dev" lines and not looked at one by one while tuning; both splits are reported.
+Lines whose source names a public or Neverest session (issue 22: Claude Code and Codex harness messages
+quoted verbatim, and lesson-like texts built from the errors and tool messages of real sessions) are
+also reported on their own, as "sessions".
 
 Time per lesson is measured against a baseline in the same run: ``str.lower`` and ``str.split``
 of the same texts, the least any word-based check must do.  CPU seconds (process time) are
@@ -93,6 +96,7 @@ def main() -> None:
         ("all", rows),
         ("dev", [r for r in rows if r.get("split") == "dev"]),
         ("held", [r for r in rows if r.get("split") == "held"]),
+        ("sessions", [r for r in rows if "session" in r["source"]]),
         ("inject", [r for r in rows if r["label"] == "inject" or r["label"] == "observation"]),
     ):
         report[name] = score(subset)
@@ -113,9 +117,9 @@ def main() -> None:
         return
     print(f"{EVAL_SET.name}: {len(rows)} lines; load average {report['load_average'][0]:.2f} "
           f"-> {report['load_average_after'][0]:.2f}")
-    for name in ("all", "dev", "held", "inject"):
+    for name in ("all", "dev", "held", "sessions", "inject"):
         s = report[name]
-        label = "injections vs observations" if name == "inject" else f"split {name}"
+        label = {"inject": "injections vs observations", "sessions": "session lines"}.get(name, f"split {name}")
         print(f"  {label:28} lines {s['lines']:4}  precision {s['precision']:.3f}  recall {s['recall']:.3f}  "
               f"(tp {s['tp']} fp {s['fp']} fn {s['fn']} tn {s['tn']})")
     t = report["timing_us"]
