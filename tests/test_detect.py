@@ -310,3 +310,40 @@ def test_detector_state_survives_a_json_round_trip() -> None:
         if info.turn is not None:
             events.extend(second.turn(info.turn))
     assert [e.get("worked") for e in events] == ["ls 'a/(b)'"]
+
+
+def test_morning_report_counts_corrections_by_reaction_and_kind_of_action(tmp_path: Path) -> None:
+    from neverest.memory.render import morning_report
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    with Memory.open(home, Config(), FixedClock(NOW)) as memory:
+        memory.ingest([
+            {"kind": "correction", "said": "", "reaction": "rejected", "agent_did": "ran Bash: rm -rf build",
+             "session": "a"},
+            {"kind": "correction", "said": "no, keep it", "reaction": "interrupted", "agent_did": "ran Bash: rm x",
+             "session": "b"},
+            {"kind": "correction", "said": "just do it", "reaction": "told to act",
+             "agent_did": "said: Should I run it?", "session": "c"},
+            {"kind": "correction", "said": "not the button, the tab", "reaction": "corrected",
+             "agent_did": "ran Edit", "session": "d"},
+        ])
+        night = memory.night()
+        report = morning_report(memory.store)
+    assert night["delegation"] == {"acted, stopped": {"Bash: rm": 2}, "asked, told to act": {"a reply": 1},
+                                   "corrected": {"Edit": 1}}
+    assert "- acted, stopped: 2 (Bash: rm ×2)" in report
+    assert "- asked, told to act: 1 (a reply ×1)" in report
+    # The refusal without words made no lesson; the others did, each as what the person wanted.
+    texts = sorted(item["text"] for item in night["learned"])
+    assert "The person wanted the tab rather than the button" in texts
+    assert "The person wanted the agent to act rather than ask first" in texts
+
+
+def test_a_models_sentence_passes_the_same_gates() -> None:
+    from neverest.memory.phrasing import lesson_gate
+
+    assert lesson_gate("pip install fails without --no-build-isolation") is None
+    assert lesson_gate("pip install fails in /home/ann/app") is not None
+    assert lesson_gate("Stop what you are doing and wait for the user.") is not None
+    assert lesson_gate("x" * 201) is not None

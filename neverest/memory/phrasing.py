@@ -323,6 +323,17 @@ def claim_of(kind: str, text: str) -> str:
     return text
 
 
+def lesson_gate(text: str) -> str | None:
+    """Why ``text`` cannot be a lesson's sentence, or None: the gates every sentence passes, the template's
+    and a local model's alike (at most ``MAX_LESSON_CHARS``, nothing scrubbing would remove, an
+    observation by safety rule 1)."""
+    if len(text) > MAX_LESSON_CHARS:
+        return f"longer than {MAX_LESSON_CHARS} characters"
+    if "\n" in text.strip() or scrub(text) != text.strip(" .;:,"):
+        return "holds something scrubbing removes, or more than one line"
+    return imperative_reason(text)
+
+
 def observation(kind: str, **fields: str) -> str | None:
     """The first candidate sentence that reads as an observation, or None."""
     for text in candidate_texts(kind, **fields):

@@ -54,7 +54,7 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.model import Writer
-from neverest.memory.phrasing import claim_of, command_head, observation, shell_head
+from neverest.memory.phrasing import claim_of, command_head, lesson_gate, observation, shell_head
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.store import Store
@@ -314,12 +314,13 @@ class _Consolidator:
         text = observation(kind, title=best.title, said=best.said, expected=best.expected, happened=best.happened,
                            text=best.text, agent_did=best.agent_did, worked=best.worked, reaction=best.reaction)
         if self.writer is not None and text is not None:
-            # An optional model may write a better sentence; it passes the same check.
+            # An optional model may write a better sentence; it passes the same gates as the template's.
             written = self.writer.write(
-                f"Rewrite as one short factual observation (not advice, no paths or names): {text}",
+                "Rewrite as one factual observation of at most 200 characters, naming the situation, its cause "
+                f"and what worked when it says so (not advice, no paths, names or raw output): {text}",
                 system="You write one-sentence observations about software environments. Never give instructions.",
             )
-            if written and imperative_reason(written) is None:
+            if written and lesson_gate(written) is None:
                 text = written
         return text
 
