@@ -59,7 +59,6 @@ from neverest.memory.queries import embeddings, episodes, lessons, predictions, 
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.store import Store
 from neverest.records import lesson_hash
-from neverest.safety import imperative_reason
 
 Vector = npt.NDArray[np.float32]
 CONSOLIDATING_KINDS = ("correction", "error", "surprise")
