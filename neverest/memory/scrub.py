@@ -21,10 +21,8 @@ lesson from another memory): what scrubbing would still remove.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import socket
 from functools import cache
 from typing import Final
 
@@ -59,18 +57,22 @@ _STOP: Final = frozenset(
     "url address path id token host user ip when then".split())
 
 
+# Account and host names that are ordinary words of the trade: removing them from every sentence would cost
+# the sentence ("npm run dev"), and they identify nobody.
+_COMMON_ACCOUNTS: Final = frozenset(
+    "root localhost user home dev test app admin build runner ubuntu debian node docker developer guest vagrant "
+    "ec2-user coder codespace vscode www-data nobody ci server host vm sandbox workspace container".split())
+
+
 @cache
 def _local_names() -> tuple[str, ...]:
     """This machine's user and host names, long enough not to be ordinary words."""
-    names: set[str] = set()
-    try:
-        names.add(getpass.getuser())
-    except (KeyError, OSError):  # no passwd entry (a container): the environment may still say
-        pass
+    # os only (no getpass, no socket): the hook scrubs every lesson it shows, on every tool call.
+    names: set[str] = {os.environ.get(var, "") for var in ("USER", "LOGNAME", "USERNAME")}
     names.add(os.path.basename(os.path.expanduser("~")))
-    host = socket.gethostname()
+    host = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
     names.update({host, host.split(".")[0]})
-    return tuple(sorted(n for n in names if len(n) >= 3 and n not in ("root", "localhost", "user", "home")))
+    return tuple(sorted(n for n in names if len(n) >= 3 and n.lower() not in _COMMON_ACCOUNTS))
 
 
 def _path(match: re.Match[str]) -> str:
