@@ -42,7 +42,9 @@ from neverest.clock import FixedClock, iso, parse_time
 from neverest.config import Config
 from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, from_blob, join_threshold
 from neverest.memory.events import EventError, parse_event
+from neverest.memory.queries import episodes as episode_queries
 from neverest.memory.queries import injections as q
+from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.service import Memory
 
 BASELINE_TOP: Final = 3
@@ -192,10 +194,8 @@ class _Lesson:
 
 
 def _own_lessons(memory: Memory) -> list[_Lesson]:
-    rows = memory.store.db.execute(
-        "SELECT hash, kind, text, centroid FROM lessons WHERE origin = '' AND archived = 0 AND centroid IS NOT NULL"
-        " AND space = ?", (HASHED_SPACE,)).fetchall()
-    return [_Lesson(str(r[0]), str(r[1]), str(r[2]), from_blob(r[3])) for r in rows]
+    return [_Lesson(digest, kind, text, from_blob(blob))
+            for digest, kind, text, blob in lesson_queries.own_hashed_centroids(memory.store.db, HASHED_SPACE)]
 
 
 def _vector(event: dict[str, Any], now: datetime) -> tuple[str, np.ndarray] | None:
@@ -213,9 +213,7 @@ class Replay:
         self.embedder = HashedEmbedder()
 
     def _episodes(self) -> tuple[list[str], list[str], np.ndarray]:
-        rows = self.memory.store.db.execute(
-            "SELECT id, kind, embedding FROM episodes WHERE archived = 0 AND space = ? AND embedding IS NOT NULL",
-            (HASHED_SPACE,)).fetchall()
+        rows = episode_queries.vectors(self.memory.store.db, HASHED_SPACE)
         if not rows:
             return [], [], np.zeros((0, 256), dtype=np.float32)
         return ([str(r[0]) for r in rows], [str(r[1]) for r in rows],
@@ -329,8 +327,7 @@ def replay(claude: Path | None, codex: Path | None, *, config: Config | None = N
                 run.session(s)
                 last = max(last, s.moments[-1].at)
             # Every lesson learned on the way, the ones that decayed since included.
-            report.lessons = int(memory.store.db.execute("SELECT count(*) FROM lessons WHERE origin = ''")
-                                 .fetchone()[0])
+            report.lessons = lesson_queries.own_count(memory.store.db)
     return report
 
 

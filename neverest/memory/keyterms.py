@@ -14,6 +14,8 @@ import re
 import sqlite3
 from typing import Final
 
+from neverest.memory.queries import fulltext
+
 MAX_TERMS: Final = 12
 MAX_ROWS: Final = 2000
 _WORD: Final = re.compile(r"[A-Za-z0-9_][\w.+-]*[A-Za-z0-9_]|[A-Za-z0-9_]")
@@ -26,7 +28,6 @@ GENERIC: Final = frozenset(
     "please now up down out over under about after before while get got make made use used using run runs ran "
     "error errors fail fails failed failing failure found cannot can't unable missing invalid issue problem "
     "broken doesn't don't didn't isn't work works working wrong still fix fixed try tried".split())
-_TABLES: Final = {"episodes": "episodes_fts", "lessons": "lessons_fts"}
 
 
 def key_terms(text: str) -> list[str]:
@@ -47,10 +48,8 @@ def matches(db: sqlite3.Connection, table: str, terms: list[str]) -> dict[int, f
     if not terms:
         return {}
     expression = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
-    fts = _TABLES[table]
     try:
-        rows = db.execute(f"SELECT rowid, bm25({fts}) FROM {fts} WHERE {fts} MATCH ? LIMIT ?",
-                          (expression, MAX_ROWS)).fetchall()
+        rows = fulltext.bm25(db, table, expression, MAX_ROWS)
     except sqlite3.OperationalError:
         return {}
     if not rows:

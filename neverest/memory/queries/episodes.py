@@ -240,3 +240,10 @@ def export_rows(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
             yield dict(zip(EXPORTED, row, strict=True))
     finally:
         cursor.close()
+
+
+def vectors(db: sqlite3.Connection, space: str) -> list[tuple[str, str, bytes]]:
+    """(id, kind, embedding) of the unarchived episodes with a vector in ``space``."""
+    return [(str(r[0]), str(r[1]), bytes(r[2])) for r in db.execute(
+        "SELECT id, kind, embedding FROM episodes WHERE archived = 0 AND space = ? AND embedding IS NOT NULL",
+        (space,))]

@@ -382,3 +382,15 @@ def export_rows(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
         item["origins"] = origins(db, item["id"])
         item["sources"] = sources(db, item["id"])
         yield item
+
+
+def own_hashed_centroids(db: sqlite3.Connection, space: str) -> list[tuple[str, str, str, bytes]]:
+    """(hash, kind, text, centroid) of this memory's unarchived lessons with a centroid in ``space``."""
+    return [(str(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in db.execute(
+        "SELECT hash, kind, text, centroid FROM lessons WHERE origin = '' AND archived = 0 AND centroid IS NOT NULL"
+        " AND space = ?", (space,))]
+
+
+def own_count(db: sqlite3.Connection) -> int:
+    """How many lessons this memory learned, archived ones included."""
+    return int(db.execute("SELECT count(*) FROM lessons WHERE origin = ''").fetchone()[0])
