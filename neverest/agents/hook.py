@@ -54,7 +54,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Final
 
-from neverest.agents.moments import bears_on_call
+from neverest.agents.moments import Call, bears_on_call
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
 from neverest.memory.scrub import scrub
@@ -324,8 +324,9 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
             # A shell call: the lessons whose situation it is (moments.py), error and correction alike.
             query = tool_query(payload)
             vector = hashed(query)
+            call = Call(command)
             matched = [(dot(vector, hashed(g[0].text)), g) for g in groups
-                       if g[0].kind in ("error", "correction") and bears_on_call(g[0].text, command)]
+                       if g[0].kind in ("error", "correction") and bears_on_call(g[0].text, call)]
             return [g for _, g in sorted(matched, key=lambda item: -item[0])]
         groups = [g for g in groups if g[0].kind == "error"]
         query = tool_query(payload)

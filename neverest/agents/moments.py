@@ -95,17 +95,26 @@ def lesson_situation(text: str) -> tuple[str, set[str]]:
     return "words", {w.lower() for w in _KEY.findall(text)} - _FILLER
 
 
-def bears_on_call(text: str, command: str) -> bool:
+class Call:
+    """What a shell call is, read once for all the lessons weighed against it."""
+
+    def __init__(self, command: str) -> None:
+        self.traits = command_traits(command)
+        self.programs = command_programs(command)
+        self.words = {w.lower() for w in _KEY.findall(command)} - _FILLER
+
+
+def bears_on_call(text: str, command: str | Call) -> bool:
     """Whether the lesson ``text`` is about the moment a shell call ``command`` is."""
+    call = command if isinstance(command, Call) else Call(command)
     kind, keys = lesson_situation(text)
     if kind == "trait":
-        return bool(keys & command_traits(command))
-    programs = command_programs(command)
+        return bool(keys & call.traits)
+    programs = call.programs
     if kind == "program":
         for key in keys:
             program, _, sub = key.partition(" ")
             if any(p == program and (not sub or a == sub) for p, a in programs):
                 return True
         return False
-    words = {w.lower() for w in _KEY.findall(command)} - _FILLER
-    return len(keys & words) >= 2
+    return len(keys & call.words) >= 2
