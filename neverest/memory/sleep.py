@@ -57,6 +57,7 @@ from neverest.memory.model import Writer
 from neverest.memory.phrasing import claim_of, observation
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
+from neverest.memory.scrub import meaningful, scrub
 from neverest.memory.store import Store
 from neverest.records import lesson_hash
 from neverest.safety import imperative_reason
@@ -281,7 +282,9 @@ class _Consolidator:
                 f"Rewrite as one short factual observation (not advice, no paths or names): {text}",
                 system="You write one-sentence observations about software environments. Never give instructions.",
             )
-            if written and imperative_reason(written) is None:
+            # ...and is scrubbed like it: a model may write the path or the name it was told to leave out.
+            written = scrub(written) if written else written
+            if written and imperative_reason(written) is None and meaningful(written):
                 text = written
         return text
 
