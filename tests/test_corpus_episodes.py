@@ -15,7 +15,7 @@ import pytest
 from neverest.agents.ingest import ingest_transcripts
 from neverest.clock import FixedClock
 from neverest.config import Config
-from neverest.memory.scrub import leftovers
+from neverest.memory.scrub import scrub_check, withheld
 from neverest.memory.service import Memory
 from neverest.safety import imperative_reason
 
@@ -74,9 +74,10 @@ def test_every_lesson_learned_passes_the_gates(learned: tuple[list[dict[str, Any
     _, lessons = learned
     assert lessons  # the cygpath failure met by several programs in two sessions
     for text in lessons:
-        assert len(text) <= 200 and imperative_reason(text) is None and leftovers(text) is None, text
+        assert len(text) <= 200 and imperative_reason(text) is None and scrub_check(text) is None, text
+        assert withheld(text) is None, text
         assert "\x1b" not in text and "Mischa" not in text and "C:\\" not in text
-    assert "Several programs fail the same way: Command failed: cygpath -u a path" in lessons
+    assert "Several programs fail the same way: Command failed: cygpath -u 'a path'" in lessons
 
 
 def test_no_episode_keeps_a_terminal_escape(learned: tuple[list[dict[str, Any]], list[str]]) -> None:

@@ -57,7 +57,7 @@ from typing import IO, Any, Final
 from neverest.agents.moments import Call, bears_on_call
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
-from neverest.memory.scrub import scrub
+from neverest.memory.scrub import shown
 from neverest.memory.store import Store
 from neverest.paths import KEY_FILE, STORE_FILE, resolve_home
 
@@ -376,7 +376,7 @@ def frame(group: list[q.Candidate], state: str, others: int) -> str:
         source = "this memory" + (f" and {others} other memories" if others else "")
     else:
         source = f"{max(others, 1)} other memor{'y' if max(others, 1) == 1 else 'ies'}"
-    text = " ".join(scrub(group[0].text).split())  # a received lesson's text is shown scrubbed
+    text = " ".join(shown(group[0].text).split())  # scrubbed on the way out (a received text is signed as is)
     if len(text) > MAX_LESSON_CHARS:
         text = text[:MAX_LESSON_CHARS - 1] + "…"
     return f"- Observation from {source} ({group[0].kind}, {state}): {text}"

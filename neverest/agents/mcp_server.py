@@ -9,7 +9,8 @@ Four tools, each with a JSON schema built from its typed parameters:
 - ``show``: one lesson by hash prefix with its origin, publishers, supporters and state.
 
 Every lesson text returned carries ``framing``: it is an observation from earlier sessions
-with its kind, state and provenance, never an instruction to the agent.
+with its kind, state and provenance, never an instruction to the agent; and it is scrubbed
+(``scrub.shown``) on the way out.
 
 The memory is opened per call and closed at once (short transactions on the one WAL store),
 so the server runs beside ``neverestd`` and holds no lock between calls.  Tools are plain
@@ -55,8 +56,8 @@ from neverest.commands.sharing import lesson_details
 from neverest.config import ConfigError, load_config
 from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.identity import IdentityError
+from neverest.memory import scrub
 from neverest.memory.render import lesson_rows
-from neverest.memory.scrub import scrub
 from neverest.memory.service import Memory
 from neverest.memory.states import trust_filter
 from neverest.memory.store import StoreError
@@ -88,7 +89,7 @@ def _provenance(row: dict[str, Any], own_origin: str) -> str:
 def _observation(row: dict[str, Any], state: str, support: int, own_origin: str) -> dict[str, Any]:
     """A lesson as the agent sees it: the sentence, framed, with kind, state and provenance."""
     return {
-        "type": "lesson", "hash": row["hash"], "kind": row["kind"], "text": scrub(row["text"]),
+        "type": "lesson", "hash": row["hash"], "kind": row["kind"], "text": scrub.shown(row["text"]),
         "framing": FRAMING, "state": state, "support": support, "origin": row["origin"] or own_origin,
         "provenance": _provenance(row, own_origin), "strength": row["strength"], "seen": row["seen"],
         "layer": row["layer"],
@@ -172,8 +173,9 @@ class Tools:
         first_origin = held[0]["origin"] if held else (details["first_publisher"] or "unknown")
         where = (f"learned by this memory ({origin})" if first_origin == origin
                  else f"from memory {first_origin}")
-        return details | {"framing": FRAMING, "provenance": f"{where}; state {details['state']}, "
-                                                           f"{details['support']} supporter(s)"}
+        text = details["text"]
+        return details | {"text": scrub.shown(text) if text else text, "framing": FRAMING,
+                          "provenance": f"{where}; state {details['state']}, {details['support']} supporter(s)"}
 
 
 def build_server(tools: Tools) -> MCPServer[Any]:

@@ -29,7 +29,7 @@ from neverest.commons import COMMON
 from neverest.files import atomic_write
 from neverest.memory import holdings
 from neverest.memory.queries import agent_memory
-from neverest.memory.scrub import scrub
+from neverest.memory.scrub import shown
 from neverest.memory.service import Memory
 from neverest.memory.states import trust_filter, verdict
 
@@ -83,7 +83,7 @@ def _line(lesson: agent_memory.Shown, state: str | None) -> str:
         where = f"learned here from {lesson.sources} episode(s)" if lesson.sources else "learned here"
     else:
         where = f"{state} in the network, from memory {lesson.origin[:16]}"
-    return f"- {lesson.kind}, {where} (id {lesson.hash[:TAG_LEN]}): {_one_line(scrub(lesson.text))}"
+    return f"- {lesson.kind}, {where} (id {lesson.hash[:TAG_LEN]}): {_one_line(shown(lesson.text))}"
 
 
 def section(lines: list[str]) -> bytes:

@@ -112,7 +112,8 @@ def cmd_sleep(args: argparse.Namespace) -> int:
           f"{len(report['refuted'])} refuted")
     print(f"  predict    {report['predicted']} new prediction(s)")
     print(f"  signed     {report['signed_lessons']} lesson record(s), "
-          f"{report['signed_confirmations']} confirmation(s), {report['signed_refutations']} refutation(s)")
+          f"{report['signed_confirmations']} confirmation(s), {report['signed_refutations']} refutation(s)"
+          + (f"; {report['held_back']} lesson(s) held back by scrubbing" if report.get("held_back") else ""))
     for name in ("folder", "commons"):
         if name in report:
             print(f"  {name:<10} " + (f"error: {report[name]['error']}" if "error" in report[name] else "synced"))

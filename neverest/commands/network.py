@@ -39,6 +39,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{key:<12} {out[key]}")
     print(f"{'last sleep':<12} {out['last_sleep'] or 'none yet'}")
     print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
+    if out.get("held_back"):
+        print(f"{'held back':<12} {out['held_back']} lesson(s) of those projects stay personal: their text holds what "
+              "scrubbing removes or says nothing once scrubbed")
     got = out.get("received")
     if got:
         cap = f"of {got['budget_bytes']} " if got["budget_bytes"] else "(no budget) "

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from neverest.commands.common import CommandFailed, UsageError, open_memory, through_daemon
 from neverest.memory import holdings
+from neverest.memory import publish as publishing
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory, OwnerError
@@ -37,6 +38,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
         what = "lessons, corrections included" if args.corrections else "lessons (corrections stay private)"
         print(f"publishing {what} from {out['project']}; {out['signed']} record(s) signed now"
               + ("; the daemon shares them with its peers now" if answer is not None and out["signed"] else ""))
+        if out.get("held_back"):
+            print(f"{out['held_back']} lesson(s) held back: their text still holds a path, an address, a token... "
+                  "or says nothing once scrubbed; they stay personal (neverestctl show HASH says why)")
     return 0
 
 
@@ -110,6 +114,8 @@ def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
                 "received": h.received, "superseded": h.superseded} for h in held]
     tomb = holdings.tombstone(db, target)
     first = lessons[0] if lessons else {}
+    # Why a lesson of a published project is not signed (its text, once scrubbed), or None.
+    held_back = publishing.held_back(db).get(target)
     return {
         "hash": target, "text": first.get("text"), "kind": first.get("kind"),
         "state": v.state, "support": v.support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
@@ -117,6 +123,7 @@ def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
         # Origins whose sessions met the lesson's situation and saw it not hold: they inform trust and
         # never move the state (PROTOCOL.md §1, "Refutations"); a publisher's own is listed, and ignored there.
         "refuted_by": holdings.refuters(db, target),
+        "held_back": held_back,
         "last_support": v.last_support.isoformat() if v.last_support else None,
         "held_here": [{"id": r["id"], "origin": r["origin"] or origin, "strength": r["strength"], "seen": r["seen"],
                        "layer": r["layer"], "archived": r["archived"], "sources": r["sources"]} for r in lessons],
@@ -139,6 +146,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"revoked by: {', '.join(out['revoked_by'])}")
     if out["refuted_by"]:
         print(f"refuted by: {', '.join(out['refuted_by'])} (informs trust; changes no state)")
+    if out["held_back"]:
+        print(f"held back: not published, {out['held_back']}; it stays personal")
     for held in out["held_here"]:
         print(f"held here: strength {held['strength']}, seen {held['seen']}, layer {held['layer']}, "
               f"from {held['origin']}" + (" (archived)" if held["archived"] else ""))

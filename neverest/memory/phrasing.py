@@ -329,7 +329,7 @@ def lesson_gate(text: str) -> str | None:
     observation by safety rule 1)."""
     if len(text) > MAX_LESSON_CHARS:
         return f"longer than {MAX_LESSON_CHARS} characters"
-    if "\n" in text.strip() or scrub(text) != text.strip(" .;:,"):
+    if "\n" in text.strip() or scrub(text).strip(" .;:,") != text.strip(" .;:,"):
         return "holds something scrubbing removes, or more than one line"
     return imperative_reason(text)
 

@@ -4,6 +4,8 @@
   project; only lessons learned from episodes in it (its folder or below) are signed.
 - Corrections are lessons about the person: published only when the project was opted
   in with ``--corrections``.
+- A lesson whose sentence still holds what scrubbing removes, or says nothing once scrubbed
+  (``scrub.withheld``), is never signed: it stays personal, and ``held_back`` says which and why.
 - Only lessons leave, as signed records of their sentence, kind, seen and strength;
   never episodes, paths or the project's name.
 - Each record carries the next ``seq`` of this origin, taken and stored in the same
@@ -32,7 +34,7 @@ from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.queries import lessons
 from neverest.memory.queries import projects as projects_table
-from neverest.memory.scrub import leftovers, meaningful
+from neverest.memory.scrub import withheld
 from neverest.memory.store import Store, meta_value
 from neverest.records import Record, sign_confirm, sign_lesson, sign_refute, sign_revoke
 
@@ -82,28 +84,33 @@ def _refute_record(identity: Identity, target: str, at: str, seq: int) -> Record
     return sign_refute(identity.signing_key, target, at=at, seq=seq)
 
 
-def personal_reason(text: str) -> str | None:
-    """Why a lesson's text must stay on this machine though its project is shared (it still holds
-    something scrubbing removes, or means nothing once scrubbed), or None."""
-    left = leftovers(text)
-    if left is not None:
-        return left
-    return None if meaningful(text) else "says nothing once scrubbed"
-
-
-def publishable(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
-    """(hash, kind, text, seen, strength) of this memory's lessons the owner chose to share (a text
-    ``personal_reason`` finds fault with stays personal)."""
+def _chosen(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
+    """(hash, kind, text, seen, strength) of this memory's lessons in the projects the owner chose to share."""
     out = []
     chosen = [(p.path, p.corrections) for p in projects_table.listing(db)]
     for digest, kind, text, seen, strength, cwd in lessons.own_untombstoned(db):
-        if personal_reason(text) is not None:
-            continue
         for path, corrections in chosen:
             inside = cwd == path or cwd.startswith(path.rstrip("/") + "/")
             if inside and (kind != "correction" or corrections):
                 out.append((digest, kind, text, seen, strength))
                 break
+    return out
+
+
+def publishable(db: sqlite3.Connection) -> list[tuple[str, str, str, int, float]]:
+    """(hash, kind, text, seen, strength) of this memory's lessons the owner chose to share, but those
+    whose text scrubbing keeps back (``held_back``)."""
+    return [lesson for lesson in _chosen(db) if withheld(lesson[2]) is None]
+
+
+def held_back(db: sqlite3.Connection) -> dict[str, str]:
+    """Why each lesson of a published project is not signed, by hash: its text still holds what
+    scrubbing removes or says nothing once scrubbed (``scrub.withheld``).  It stays personal."""
+    out = {}
+    for digest, _, text, _, _ in _chosen(db):
+        reason = withheld(text)
+        if reason is not None:
+            out[digest] = reason
     return out
 
 

@@ -9,7 +9,11 @@
    refutation by the lesson's own publisher (``refute-publisher``: a lesson record of that hash
    from that origin is held) or beyond ``refute_origin_max`` held for its origin
    (``refute-flood``: the first ones received are kept, and the lines claiming to be refutations
-   by an origin already at the bound are refused before their signature is checked);
+   by an origin already at the bound are refused before their signature is checked); and a lesson
+   from another origin whose text holds what must never cross between memories (``unscrubbed``:
+   ``scrub.scrub_check``, a path in a home, an e-mail address, a URL with credentials, a token, a
+   private IP address): its hash is signed over its text, so it cannot be scrubbed here, and holding
+   it would relay it;
 3. refuses it when storing it would go over the storage budget (``over-budget``: admission.py,
    budget.py), then stores it as received (``holdings.put``): duplicates change nothing, forks
    are kept as evidence, an older version of an origin's lesson is stored but superseded;
@@ -69,6 +73,7 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.queries import lessons
+from neverest.memory.scrub import scrub_check
 from neverest.memory.store import Store
 from neverest.records import Record, RecordError, claimed, parse_many, verified
 from neverest.verify_pool import Job, VerifierError, VerifyPool, default_processes
@@ -78,8 +83,9 @@ CANDIDATE_STRENGTH: Final = 0.5
 FUTURE: Final = "future"
 REFUTE_PUBLISHER: Final = "refute-publisher"  # an origin refuting a lesson it published itself
 REFUTE_FLOOD: Final = "refute-flood"  # an origin past refute_origin_max refutations held here
+UNSCRUBBED: Final = "unscrubbed"  # a lesson whose text holds a path, an address, a token... (scrub.scrub_check)
 # Valid records refused by this memory's own rules, which the peer that relayed them cannot know.
-POLICY_REFUSALS: Final = frozenset({"fork", REFUTE_PUBLISHER, REFUTE_FLOOD})
+POLICY_REFUSALS: Final = frozenset({"fork", REFUTE_PUBLISHER, REFUTE_FLOOD, UNSCRUBBED})
 # Records per transaction.
 _BATCH: Final = 500
 # Lines per verification batch (one request to a verifying process): small enough that the
@@ -396,6 +402,10 @@ class Receiver:
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
             return FUTURE
+        # This memory's own records are exempt: refusing one that comes back (signed before the gate
+        # existed) would hide its seq from publish, which would sign that seq again, a fork of itself.
+        if item.type == "lesson" and item.origin != self.own_origin and scrub_check(item.fields["text"]) is not None:
+            return UNSCRUBBED
         first = item.target in unknown
         if item.type == "refute" and item.origin != self.own_origin:
             reason = self._refused_refutation(db, item, first)

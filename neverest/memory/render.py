@@ -6,6 +6,9 @@
   provenance, headed by the reminder that they are observations, not orders;
 - ``morning.md``: the owner's short report of the last sleep.
 
+Every lesson's text goes through ``scrub.shown`` on its way into these files: a lesson phrased
+here is scrubbed already, and a received one whose signed text cannot change is scrubbed here.
+
 Each file is written to a temporary file in the same folder, flushed to disk
 and renamed over the old one, so a reader never sees half a file and a crash
 leaves either the old version or the new one.
@@ -20,7 +23,7 @@ from typing import Any
 
 from neverest.files import atomic_write
 from neverest.memory.queries import lessons, sleeps
-from neverest.memory.scrub import scrub
+from neverest.memory.scrub import shown
 from neverest.memory.store import Store
 from neverest.paths import LESSONS_FILE
 
@@ -72,7 +75,7 @@ def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
     lines = []
     for lesson in lessons:
         lines.append(json.dumps({
-            "id": str(lesson["id"]), "text": scrub(lesson["text"]), "kind": lesson["kind"], "seen": lesson["seen"],
+            "id": str(lesson["id"]), "text": shown(lesson["text"]), "kind": lesson["kind"], "seen": lesson["seen"],
             "strength": lesson["strength"], "updated": lesson["updated"], "hash": lesson["hash"],
             "origin": lesson["origin"] or own_origin, "layer": lesson["layer"],
         }, ensure_ascii=False))
@@ -83,7 +86,7 @@ def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
     for lesson in lessons:
         md.append(f"- **{lesson['kind']}** ({lesson['layer']} layer, strength {lesson['strength']:.2f}, "
                   f"seen {lesson['seen']}): "
-                  f"{scrub(lesson['text'])}  ")
+                  f"{shown(lesson['text'])}  ")
         md.append(f"  _{_provenance(lesson, own_origin)}; hash {lesson['hash']}_")
     atomic_write(home / LESSONS_MD, ("\n".join(md) + "\n").encode("utf-8"))
 
@@ -99,16 +102,16 @@ def morning_report(store: Store) -> str:
     out = [f"# Morning report: sleep of {last.started[:16].replace('T', ' ')} UTC", ""]
     out.append(f"- learned {len(report['learned'])} lesson(s); {report['joined']} episode(s) joined existing lessons")
     for item in report["learned"]:
-        out.append(f"  - {item['kind']}: {item['text']}")
+        out.append(f"  - {item['kind']}: {shown(item['text'])}")
     refuted = report.get("refuted", [])  # reports of sleeps before refutations have none
     out.append(f"- predictions confirmed: {len(report['confirmed'])}, failed: {len(report['failed'])}, "
                f"refuted: {len(refuted)}, made: {report['predicted']}")
     for item in report["confirmed"]:
-        out.append(f"  - confirmed: {item['text']}")
+        out.append(f"  - confirmed: {shown(item['text'])}")
     for item in report["failed"]:
-        out.append(f"  - failed: {item['text']}")
+        out.append(f"  - failed: {shown(item['text'])}")
     for item in refuted:
-        out.append(f"  - refuted (met here, and it did not hold): {item['text']}")
+        out.append(f"  - refuted (met here, and it did not hold): {shown(item['text'])}")
     out.append(f"- archived: {report['archived_episodes']} episode(s), {report['archived_lessons']} lesson(s); "
                f"merged: {len(report['merged'])}")
     delegation = report.get("delegation") or {}  # reports of older sleeps have none
@@ -118,6 +121,6 @@ def morning_report(store: Store) -> str:
             counts = delegation.get(name) or {}
             if counts:
                 ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-                shown = ", ".join(f"{action} ×{n}" for action, n in ranked)
-                out.append(f"- {name}: {sum(counts.values())} ({shown})")
+                listed = ", ".join(f"{action} ×{n}" for action, n in ranked)
+                out.append(f"- {name}: {sum(counts.values())} ({listed})")
     return "\n".join(out) + "\n"

@@ -157,7 +157,7 @@ class Memory:
         received = [int(c["lesson"]) for c in report.confirmed]
         report.signed_confirmations = len(publishing.confirm_received(self.store, self.identity, received, now))
         report.signed_lessons = len(publishing.publish(self.store, self.identity, now))
-        out = report.to_json() | {"inbox": inbox.to_json()}
+        out = report.to_json() | {"inbox": inbox.to_json(), "held_back": len(publishing.held_back(self.store.db))}
         for transport in transports:
             out[transport.name] = transport.exchange(self.store, self.identity, self.config, self.clock.now())
         out["states"] = self.settle()
@@ -197,7 +197,9 @@ class Memory:
         name = publishing.opt_in(self.store, os.fspath(path), corrections=corrections, now=now)
         signed = publishing.publish(self.store, self.identity, now)
         self.settle()
-        return {"project": name, "corrections": corrections, "signed": len(signed)}
+        # Lessons of the published projects that scrubbing keeps personal (publish.held_back).
+        held = len(publishing.held_back(self.store.db))
+        return {"project": name, "corrections": corrections, "signed": len(signed), "held_back": held}
 
     def unpublish(self, project: str) -> dict[str, Any]:
         removed = publishing.opt_out(self.store, project)
@@ -220,6 +222,7 @@ class Memory:
             status_queries.counts(db).to_json() | {
             "last_sleep": last.started if last else None,
             "published_projects": [p for p, _ in publishing.projects(self.store)],
+            "held_back": len(publishing.held_back(db)),
             "refused": [asdict(r) for r in holdings.refusals(db)],
             "refutations": refutation_status(db),
             "received": budget_queries.report(db, self.identity.origin, self.config.received_budget_bytes),

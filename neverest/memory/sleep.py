@@ -57,6 +57,7 @@ from neverest.memory.model import Writer
 from neverest.memory.phrasing import claim_of, command_head, lesson_gate, observation, shell_head
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
+from neverest.memory.scrub import meaningful, scrub
 from neverest.memory.store import Store
 from neverest.records import lesson_hash
 
@@ -319,7 +320,9 @@ class _Consolidator:
                 f"and what worked when it says so (not advice, no paths, names or raw output): {text}",
                 system="You write one-sentence observations about software environments. Never give instructions.",
             )
-            if written and lesson_gate(written) is None:
+            # ...and is scrubbed like it: a model may write the path or the name it was told to leave out.
+            written = scrub(written) if written else written
+            if written and lesson_gate(written) is None and meaningful(written):
                 text = written
         return text
 
