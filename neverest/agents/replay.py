@@ -99,11 +99,25 @@ class ReplayReport:
     memory: Tally = field(default_factory=Tally)
     baseline: Tally = field(default_factory=Tally)
     examples: list[dict[str, str]] = field(default_factory=list)
+    # Every repeat and every injection, for ``--explain``: what it was, and what became of it.
+    details: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"files": self.files, "sessions": self.sessions, "skipped": self.skipped, "days": self.days,
                 "lessons": self.lessons, "repeats": self.repeats, **self.memory.to_json(),
                 "baseline": self.baseline.to_json(), "examples": self.examples}
+
+    def explained(self) -> str:
+        """Each repeat (caught or missed) and each injection (used or unused), a line each."""
+        out = []
+        for d in self.details:
+            if "repeat" in d:
+                mark = "caught" if d["caught"] == "yes" else "MISSED"
+                out.append(f"{mark}  {d['repeat']}\n        lesson: {d['lesson']}")
+            else:
+                mark = "used  " if d["used"] == "yes" else "UNUSED"
+                out.append(f"{mark}  {d['given']}\n        lesson: {d['lesson']}")
+        return "\n".join(out)
 
 
 def _time(value: str | None, fallback: datetime | None) -> datetime | None:
@@ -228,6 +242,8 @@ class Replay:
         base_seen: set[int] = set()
         repeats: list[tuple[int, str, np.ndarray, str]] = []  # (seq, lesson hash, vector, kind)
         events: list[dict[str, Any]] = []
+        gists: dict[int, str] = {}
+        moments: dict[int, str] = {}
         for moment in s.moments:
             self.clock.set(moment.at)
             if moment.found is not None:
@@ -245,6 +261,7 @@ class Replay:
                 best = int(np.argmax(scores))
                 if scores[best] >= self.threshold:
                     repeats.append((moment.seq, candidates[best].hash, vector, kind))
+                    gists[moment.seq] = _gist(moment.found)
                 continue
             payload = moment.payload | {"hook_event_name": moment.event, "session_id": s.session, "cwd": s.cwd}
             before = q.already_given(self.memory.store.db, s.session)
@@ -252,6 +269,7 @@ class Replay:
                              moment.at, _FAR)
             for digest in sorted(q.already_given(self.memory.store.db, s.session) - before):
                 given.append((moment.seq, digest))
+                moments[moment.seq] = f"{moment.event}: {_query(moment.event, payload)[:120]}"
             query = _query(moment.event, payload)
             if query and len(ids):
                 vector = self.embedder.embed([query])[0]
@@ -262,6 +280,15 @@ class Replay:
                     base_seen.add(i)
                     base_given.append((moment.seq, i))
         self._tally(s, given, base_given, repeats, kinds, matrix, lessons)
+        texts = {lesson.hash: lesson.text for lesson in lessons}
+        for seq, digest, _, _ in repeats:
+            caught = any(at < seq and d == digest for at, d in given)
+            self.report.details.append({"session": s.session, "repeat": gists.get(seq, ""),
+                                        "lesson": texts.get(digest, digest), "caught": "yes" if caught else "no"})
+        for at, digest in given:
+            used = any(r[0] > at and r[1] == digest for r in repeats)
+            self.report.details.append({"session": s.session, "given": moments.get(at, ""),
+                                        "lesson": texts.get(digest, digest), "used": "yes" if used else "no"})
         self.memory.ingest(events)
 
     def _tally(self, s: Session, given: list[tuple[int, str]], base_given: list[tuple[int, int]],
@@ -289,6 +316,11 @@ class Replay:
             1 for at, i in base_given
             if not any(r[0] > at and r[3] == kinds[i] and float(matrix[i] @ r[2]) >= self.threshold
                        for r in repeats))
+
+
+def _gist(event: dict[str, Any]) -> str:
+    parts = [str(event.get(name, "")) for name in ("title", "said", "happened") if event.get(name)]
+    return ": ".join(parts)[:160]
 
 
 def _query(event: str, payload: dict[str, Any]) -> str:

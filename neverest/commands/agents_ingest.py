@@ -52,6 +52,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         claude = Path(args.claude) if args.claude else None
         codex = Path(args.codex) if args.codex else None
     report = replay(claude, codex)
+    if args.explain:
+        print(report.explained())
     print(table(report))
     if args.json:
         print(json.dumps(report.to_json(), sort_keys=True, ensure_ascii=False))
@@ -107,6 +109,8 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default $CODEX_HOME/sessions, else "
                    "~/.codex/sessions, when neither folder is given)")
     p.add_argument("--json", action="store_true", help="also print the figures as one JSON object on the last line")
+    p.add_argument("--explain", action="store_true",
+                   help="first list every repeat (caught or missed) and every lesson given (used or unused)")
     p.set_defaults(func=cmd_replay)
     p = sub.add_parser("episodes", parents=parents, help="list the episodes this memory holds (newest first)")
     p.add_argument("--kind", choices=EVENT_KINDS)
