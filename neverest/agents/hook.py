@@ -54,7 +54,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Final
 
-from neverest.agents.moments import Call, bears_on_call
+from neverest.agents.moments import Call, bears_on_call, lesson_situation
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
 from neverest.memory.scrub import shown
@@ -328,8 +328,10 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
             matched = [(dot(vector, hashed(g[0].text)), g) for g in groups
                        if g[0].kind in ("error", "correction") and bears_on_call(g[0].text, call)]
             return [g for _, g in sorted(matched, key=lambda item: -item[0])]
-        groups = [g for g in groups if g[0].kind == "error"]
-        query = tool_query(payload)
+        # Another tool (Read, Edit, WebFetch…): only the lessons that name it ("Read fails: …").
+        tool = Call(_text(payload.get("tool_name"), 100))
+        return [g for g in groups if g[0].kind == "error" and lesson_situation(g[0].text)[0] == "program"
+                and bears_on_call(g[0].text, tool)]
     else:
         query = hand_back(payload)
     vector = hashed(query)

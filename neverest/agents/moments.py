@@ -26,6 +26,7 @@ from typing import Final
 
 _PAREN_TRAIT: Final = "unquoted path holding `(`"
 _GLOB_TRAIT: Final = "unquoted glob or bracket"
+_SCRIPT_TRAIT: Final = "Shell scripts here"
 _SEPARATORS: Final = frozenset({"&&", "||", ";", "|", "&"})
 _WRAPPERS: Final = frozenset({"sudo", "env", "time", "command", "exec", "nohup", "nice", "(", "{"})
 _SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo"})
@@ -79,13 +80,15 @@ def command_traits(command: str) -> set[str]:
         traits.add(_PAREN_TRAIT)
     if any(ch in w for w in bare.split() for ch in "[]*?") and not bare.lstrip().startswith(("[", "test ")):
         traits.add(_GLOB_TRAIT)
+    if any(w.endswith(".sh") for w in _words(command)):
+        traits.add(_SCRIPT_TRAIT)
     return traits
 
 
 def lesson_situation(text: str) -> tuple[str, set[str]]:
     """What a lesson's sentence says its moment is: ("trait", {trait}), ("program", {programs}) or
     ("words", {key words})."""
-    for trait in (_PAREN_TRAIT, _GLOB_TRAIT):
+    for trait in (_PAREN_TRAIT, _GLOB_TRAIT, _SCRIPT_TRAIT):
         if trait in text:
             return "trait", {trait}
     for pattern in _NAMES_PROGRAM:

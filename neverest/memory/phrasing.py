@@ -20,7 +20,7 @@ import re
 from typing import Final
 
 from neverest.memory import error_class
-from neverest.memory.scrub import scrub
+from neverest.memory.scrub import meaningful, scrub
 from neverest.safety import imperative_reason
 
 MAX_LESSON_CHARS: Final = 200
@@ -97,6 +97,18 @@ _DO: Final = re.compile(_LEAD + r"(?:just |please |instead,? )?((?:use|keep|leav
 _COMPLAINT: Final = re.compile(r"\?|\b(?:wtf|still|now|again|you|your|loading|working|showing|broken|nothing|"
                                r"ugh|seriously|what the)\b", re.I)
 _LEAD_WORDS: Final = re.compile(_LEAD, re.I)
+# A fact the person states ("the config lives in etc", "the staging database is read-only"): a copula or a verb
+# of where and how things are, not a request ("like use that to go through the file and give me…").
+_FACT: Final = re.compile(r"\b(?:is|are|was|were|isn'?t|aren'?t|lives?|sits?|runs? on|uses?|needs?|has|have|"
+                          r"belongs?|comes? from|points? to|means?)\b", re.I)
+_PRONOUN_LEAD: Final = re.compile(r"^(?:can|could|would|will|do|does|did|you|i|we|it|this|that|like|so|and|but)\b",
+                                  re.I)
+
+
+def _noun_phrase(text: str) -> bool:
+    """Whether a captured alternative reads as a thing one can want (the settings tab, pnpm), not a clause."""
+    text = text.strip(" .…")
+    return 2 <= len(text) and len(text.split()) <= 6 and "?" not in text and not _PRONOUN_LEAD.match(text)
 _PLEASE: Final = re.compile(r"[,;]?\s*\bplease\b[,.!]?", re.I)
 _OBJECTIONS: Final = {"rejected": "The person refused to let the agent run {head}",
                       "interrupted": "The person stopped the agent while it ran {head}",
@@ -118,15 +130,18 @@ def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
                                   (_INSTEAD_OF, "The person wanted {0} rather than {1}"),
                                   (_BUT_NOT, "The person wanted {0} rather than {1}")):
             found = pattern.match(said)
-            if found and all(len(g.strip(" .…")) >= 2 for g in found.groups()):
+            if found and all(_noun_phrase(g) for g in found.groups()):
                 forms.append(template.format(*(_clause(g, 70) for g in found.groups())))
         negative = _DONT.match(said)
-        if negative and not both:
-            forms.append(f"The person did not want the agent to {_lower_first(_clause(negative.group(1), 140))}")
+        if negative and not both and len(negative.group(1).split()) >= 2 and "?" not in negative.group(1):
+            what = _lower_first(_clause(negative.group(1), 140))
+            if re.match(r"\w+ing\b", what):  # "stop trying to run X": what they did not want was to keep at it
+                what = "keep " + what
+            forms.append(f"The person did not want the agent to {what}")
         positive = _DO.match(said)
-        if positive and not negative:
+        if positive and not negative and "?" not in said and len(said.split()) <= 20:
             forms.append(f"The person wanted the agent to {_lower_first(_clause(positive.group(1), 140))}")
-    if said and not forms and not _COMPLAINT.search(said) and len(said.split()) >= 3:
+    if said and not forms and not _COMPLAINT.search(said) and 3 <= len(said.split()) <= 16 and _FACT.search(said):
         # A fact the person set right ("the staging database is read-only"), reported as theirs.
         fact = _LEAD_WORDS.sub("", said)
         forms.append(f"The person corrected the agent: {_clause(fact, 160)}")
@@ -146,6 +161,7 @@ def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
 _MISSING_PROGRAMS: Final = tuple(re.compile(p, re.I) for p in (
     r"command not found:\s*([\w.+-]+)", r"linker [`'\"]?([\w.+-]+)[`'\"]? not found", r"'([\w.+-]+)' is not recognized",
     r"([\w.+-]+): (?:command )?not found"))
+_CRLF: Final = re.compile(r"\$'\\r'|\\r': command not found")
 _SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo", "sleep"})
 _MISSING_MODULE: Final = re.compile(r"(?:no module named|cannot find module|cannot find package|module not found:?"
                                     r"(?: error:)?(?: can'?t resolve)?)\s*['\"`]?([@\w./-]{1,60}?)['\"`]?(?:\s|$|,|;)",
@@ -239,6 +255,9 @@ def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[st
         trait = _trait(cls, failed, happened)
         situation = (f"In this project, shell commands {trait} fail with a syntax error" if trait
                      else f"{head or 'A shell command'} fails with a shell syntax error: {detail}")
+    elif cls == error_class.COMMAND_NOT_FOUND and _CRLF.search(happened):
+        situation = ("Shell scripts here have Windows line endings, so bash fails on them with "
+                     "$'\\r': command not found")
     elif cls == error_class.COMMAND_NOT_FOUND:
         found = next((m for m in (p.search(happened) for p in _MISSING_PROGRAMS) if m), None)
         missing = found.group(1) if found else program
@@ -335,8 +354,9 @@ def lesson_gate(text: str) -> str | None:
 
 
 def observation(kind: str, **fields: str) -> str | None:
-    """The first candidate sentence that reads as an observation, or None."""
+    """The first candidate sentence that reads as an observation and still says something once scrubbed,
+    or None."""
     for text in candidate_texts(kind, **fields):
-        if text and imperative_reason(text) is None:
+        if text and imperative_reason(text) is None and meaningful(text):
             return text
     return None
