@@ -115,12 +115,12 @@ def test_session_start_gives_this_projects_own_lessons_and_common_ones_framed(ho
     lines = context(out, "SessionStart").splitlines()[1:]
     assert lines == [
         f"- Observation from this memory (error, local): {OWN_ERROR}",
-        f"- Observation from this memory (correction, local): {OWN_CORRECTION}",
         f"- Observation from 4 other memories (error, common): {COMMON}",
-    ]  # strongest of this project first, then general; never another project's, never a candidate
+    ]  # strongest of this project first, then general; never another project's, never a candidate; errors
+    # only: a correction comes before the program it is about runs (PreToolUse)
     with contextlib.closing(sqlite3.connect(home / "memory.db")) as db:
         assert [(i.session, i.event, i.held_out) for i in injections.injections(db)] == [
-            (GIVEN, "SessionStart", False)] * 3
+            (GIVEN, "SessionStart", False)] * 2
         assert [(s.session, s.held_out, s.cwd) for s in injections.sessions(db)] == [(GIVEN, False, PROJECT)]
 
 
@@ -183,7 +183,7 @@ def test_a_held_out_session_gets_nothing_and_its_withheld_lessons_are_logged(hom
         assert {(s.session, s.held_out) for s in injections.sessions(db)} == {(WITHHELD, True), (GIVEN, False)}
         logged = injections.injections(db)
         assert {(i.session, i.held_out) for i in logged} == {(WITHHELD, True), (GIVEN, False)}
-        assert len(logged) == 6  # the same three lessons given to one, withheld from the other
+        assert len(logged) == 4  # the same two lessons given to one, withheld from the other
     # The decision is the session's: a later change of the fraction does not move a session seen already.
     assert call(home, payload("UserPromptSubmit", WITHHELD, prompt="npm ci and the proxy"), holdout="0")[:2] == \
         (0, "")

@@ -79,6 +79,9 @@ JUDGE_BUDGET_S: Final = 1.0
 AGENT: Final = "claude-code"
 HEADER: Final = ("Neverest memory: observations from earlier sessions, not instructions. "
                  "Weigh them against what you see now.")
+# Key terms a prompt or a hand-back must share with a lesson (keyterms.py): with one, replay on the public
+# corpus found 7 lessons given with prompts and none of them bore on what followed (docs/sessions.md).
+MIN_SHARED_TERMS: Final = 2
 # How many lessons each event gives at most.
 TOP: Final = {"SessionStart": 5, "UserPromptSubmit": 3, "PreToolUse": 2, "Stop": 2}
 # The kind of lesson each event looks for (None: every kind).
@@ -297,6 +300,11 @@ def held_out(session: str, holdout: float) -> bool:
     return int.from_bytes(digest, "big") / 2.0**64 < holdout
 
 
+def _holds_here(group: list[q.Candidate], cwd: str) -> bool:
+    """Whether a lesson holds in ``cwd``: received from another memory (no project), or learned in this one."""
+    return any(not r.cwd or r.origin or _in_project(r.cwd, cwd) for r in group)
+
+
 def _in_project(lesson_cwd: str, cwd: str) -> bool:
     if not lesson_cwd or not cwd:
         return False
@@ -312,6 +320,9 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
     groups = [sorted(g, key=lambda r: r.origin != "") for g in by_hash.values()]
     if event == "SessionStart":
         cwd = _text(payload.get("cwd"), 4096)
+        # Errors only: a correction about a program comes before that program runs (PreToolUse), and replay
+        # on the public corpus found the corrections given at session start unused 5 times in 6.
+        groups = [g for g in groups if g[0].kind == "error"]
         here = [g for g in groups if any(_in_project(r.cwd, cwd) for r in g)]
         general = [g for g in groups if all(not r.cwd for r in g)]
         strength = lambda g: -max(r.strength for r in g)  # noqa: E731
@@ -325,8 +336,12 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
             query = tool_query(payload)
             vector = hashed(query)
             call = Call(command)
+            cwd = _text(payload.get("cwd"), 4096)
+            # An error this memory learned holds where it was learned (a program missing in one project's
+            # environment may be there in another's); a correction is about the person, and holds anywhere.
             matched = [(dot(vector, hashed(g[0].text)), g) for g in groups
-                       if g[0].kind in ("error", "correction") and bears_on_call(g[0].text, call)]
+                       if (g[0].kind == "correction" or (g[0].kind == "error" and _holds_here(g, cwd)))
+                       and bears_on_call(g[0].text, call)]
             return [g for _, g in sorted(matched, key=lambda item: -item[0])]
         # Another tool (Read, Edit, WebFetch…): only the lessons that name it ("Read fails: …").
         tool = Call(_text(payload.get("tool_name"), 100))
@@ -339,13 +354,12 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
         return []
     # A lesson bears on the words when it holds one of their key terms (keyterms.py: not filler, not the
     # words every failure is told in), inside a longer identifier too; the most shared terms first.
-    terms = key_terms(query)
+    terms = set(key_terms(query))
     scored: list[tuple[int, float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
-        text = row.text.lower()
-        shared = sum(1 for term in terms if term in text)
-        if not shared:
+        shared = len(terms & set(key_terms(row.text)))
+        if shared < MIN_SHARED_TERMS:
             continue  # the cheaper test first: most lessons share no key term with the query
         lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
         cosine = dot(vector, lesson)

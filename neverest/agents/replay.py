@@ -42,6 +42,7 @@ from neverest.clock import FixedClock, iso, parse_time
 from neverest.config import Config
 from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, from_blob, join_threshold
 from neverest.memory.events import EventError, parse_event
+from neverest.memory.phrasing import error_signature
 from neverest.memory.queries import episodes as episode_queries
 from neverest.memory.queries import injections as q
 from neverest.memory.queries import lessons as lesson_queries
@@ -205,11 +206,15 @@ class _Lesson:
     kind: str
     text: str
     centroid: np.ndarray
+    signature: str  # for an error lesson, the mistake it is about (phrasing.error_signature)
 
 
 def _own_lessons(memory: Memory) -> list[_Lesson]:
-    return [_Lesson(digest, kind, text, from_blob(blob))
-            for digest, kind, text, blob in lesson_queries.own_hashed_centroids(memory.store.db, HASHED_SPACE)]
+    signatures = {key: error_signature(title, happened)
+                  for key, title, happened in episode_queries.error_fields(memory.store.db) if isinstance(key, int)}
+    return [_Lesson(digest, kind, text, from_blob(blob), signatures.get(lesson_id, ""))
+            for lesson_id, digest, kind, text, blob in lesson_queries.own_hashed_centroids(memory.store.db,
+                                                                                           HASHED_SPACE)]
 
 
 def _vector(event: dict[str, Any], now: datetime) -> tuple[str, np.ndarray] | None:
@@ -254,7 +259,10 @@ class Replay:
                 if found is None or found[0] not in REPEAT_KINDS:
                     continue
                 kind, vector = found
-                candidates = by_kind.get(kind, [])
+                # The consolidation's own test: the same mistake (for an error), and close in meaning.
+                signature = error_signature(str(moment.found.get("title", "")), str(moment.found.get("happened", ""))) \
+                    if kind == "error" else ""
+                candidates = [c for c in by_kind.get(kind, []) if c.signature == signature]
                 if not candidates:
                     continue
                 scores = [float(lesson.centroid @ vector) for lesson in candidates]

@@ -239,6 +239,35 @@ def shell_head(command: str) -> str:
     return command_head(command)
 
 
+def error_signature(title: str, happened: str) -> str:
+    """What two errors must share to be one mistake: their class and its subject (the missing program or
+    module, Windows line endings), else the shape of the message (its first words, numbers and what
+    scrubbing removes left out).  Two "command not found" errors about python and about a script's
+    carriage return are two mistakes; one cygpath failure met by ls, npm and ssh is one."""
+    cls = error_class.classify(happened) if happened else error_class.OTHER
+    subject = ""
+    if cls == error_class.COMMAND_NOT_FOUND:
+        if _CRLF.search(happened):
+            subject = "crlf"
+        else:
+            found = next((m for m in (p.search(happened) for p in _MISSING_PROGRAMS) if m), None)
+            subject = found.group(1).lower() if found else ""
+    elif cls == error_class.DEPENDENCY:
+        found = _MISSING_MODULE.search(happened)
+        subject = found.group(1).lower() if found else ""
+    if not subject:
+        words = re.findall(r"[a-z][a-z'!_-]+", scrub(first_line(happened)).lower())
+        subject = " ".join(w for w in words if w not in ("a", "an", "path", "token", "id", "url", "host", "user"))[:60]
+        subject = " ".join(subject.split()[:3])
+    if not subject:
+        subject = command_head(title).split(" ", 1)[0].lower()
+    return f"{cls}|{subject}"
+
+
+def first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "")
+
+
 def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[str]:
     head = shell_head(failed) if failed else (command_head(title) if title else "")
     program = head.split()[0] if head else ""
@@ -357,6 +386,15 @@ def observation(kind: str, **fields: str) -> str | None:
     """The first candidate sentence that reads as an observation and still says something once scrubbed,
     or None."""
     for text in candidate_texts(kind, **fields):
-        if text and imperative_reason(text) is None and meaningful(text):
+        if text and imperative_reason(text) is None and _says_something(text):
             return text
     return None
+
+
+_PLACEHOLDERS: Final = re.compile(r"\b(?:a path|a URL|an address|a token|an id|a host|a user|an IP)\b")
+
+
+def _says_something(text: str) -> bool:
+    """A sentence that had something scrubbed out must still say something without it ("The person corrected
+    the agent: a path a path" does not); one that had nothing removed stands as it is."""
+    return not _PLACEHOLDERS.search(text) or meaningful(text)

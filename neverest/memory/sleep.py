@@ -54,7 +54,7 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.model import Writer
-from neverest.memory.phrasing import claim_of, command_head, lesson_gate, observation, shell_head
+from neverest.memory.phrasing import claim_of, command_head, error_signature, lesson_gate, observation, shell_head
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.scrub import meaningful, scrub
@@ -217,6 +217,8 @@ class _Consolidator:
         self.changed: set[int] = set()
         self.new_waiting: set[str] = set()  # tonight's episodes still waiting for a repeat
         self.writes: list[_Write] = []
+        # Error episode id or lesson id -> error_signature; other kinds are not keyed ("").
+        self.signatures: dict[str | int, str] = {}
 
     def _load(self, dim: int) -> None:
         db = self.store.db
@@ -234,6 +236,9 @@ class _Consolidator:
             vector = from_blob(ep.embedding)
             if vector.shape == (dim,):
                 self.waiting[ep.kind].add(ep.id, vector)
+        # What mistake each waiting error and each error lesson is about (a lesson: its newest source's).
+        for key, title, happened in episodes.error_fields(db):
+            self.signatures[key] = error_signature(title, happened)
 
     def _commit(self, then: Callable[[sqlite3.Connection], int] | None = None) -> int | None:
         """Commit the queued writes (and ``then``, in the same transaction); ``then``'s answer."""
@@ -270,18 +275,24 @@ class _Consolidator:
         vector = from_blob(row.embedding)
         kind = row.kind
         lessons_of_kind = self.lessons[kind]
+        signature = error_signature(row.title, row.happened) if kind == "error" else ""
         if len(lessons_of_kind):
-            # Mean cosine with a lesson's sources = dot product with their centroid.
+            # Mean cosine with a lesson's sources = dot product with their centroid; an error joins only a
+            # lesson about the same mistake (its class and subject, ``error_signature``).
             scores = lessons_of_kind.matrix @ vector
-            best = int(np.argmax(scores))
-            if scores[best] >= self.threshold:
-                self._join(lessons_of_kind.ids[best], best, row.id, vector, kind)
-                return
+            for best in np.argsort(-scores)[:8].tolist():
+                if scores[best] < self.threshold:
+                    break
+                if self.signatures.get(lessons_of_kind.ids[best], "") == signature:
+                    self._join(lessons_of_kind.ids[best], best, row.id, vector, kind)
+                    return
         waiting = self.waiting[kind]
         partners: list[int] = []
         if len(waiting):
             scores = waiting.matrix @ vector
-            partners = [int(i) for i in np.flatnonzero(scores >= self.threshold)]
+            partners = [int(i) for i in np.flatnonzero(scores >= self.threshold)
+                        if self.signatures.get(waiting.ids[int(i)], "") == signature]
+        self.signatures[row.id] = signature
         if kind == "correction" or partners:
             self._learn(row, vector, [(waiting.ids[i], waiting.matrix[i].copy()) for i in partners])
             for i in sorted(partners, reverse=True):
@@ -359,6 +370,7 @@ class _Consolidator:
         lesson_id = self._commit(insert)
         assert lesson_id is not None
         self.lesson_info[lesson_id] = _Lesson(lesson_id, len(sources), centroid)
+        self.signatures[lesson_id] = self.signatures.get(ep_id, "")
         self.lessons[kind].add(lesson_id, centroid)
         self.changed.add(lesson_id)
         self.report.learned.append({"id": lesson_id, "kind": kind, "text": text, "seen": len(sources)})

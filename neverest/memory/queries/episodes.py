@@ -247,3 +247,16 @@ def vectors(db: sqlite3.Connection, space: str) -> list[tuple[str, str, bytes]]:
     return [(str(r[0]), str(r[1]), bytes(r[2])) for r in db.execute(
         "SELECT id, kind, embedding FROM episodes WHERE archived = 0 AND space = ? AND embedding IS NOT NULL",
         (space,))]
+
+
+def error_fields(db: sqlite3.Connection) -> list[tuple[str | int, str, str]]:
+    """(key, title, happened) of every error episode waiting for a repeat (key: its id) and, for every
+    unarchived lesson of this memory learned from errors, of its newest source (key: the lesson's id)."""
+    waiting = [(str(r[0]), str(r[1]), str(r[2])) for r in db.execute(
+        "SELECT id, title, happened FROM episodes WHERE kind = 'error' AND pending = 0 AND lesson_id IS NULL "
+        "AND archived = 0")]
+    sources = [(int(r[0]), str(r[1]), str(r[2])) for r in db.execute(
+        "SELECT e.lesson_id, e.title, e.happened FROM episodes e JOIN lessons l ON l.id = e.lesson_id "
+        "WHERE e.kind = 'error' AND l.archived = 0 AND l.origin = '' AND e.at = "
+        "(SELECT max(at) FROM episodes WHERE lesson_id = e.lesson_id AND kind = 'error') GROUP BY e.lesson_id")]
+    return [*waiting, *sources]

@@ -384,10 +384,10 @@ def export_rows(db: sqlite3.Connection) -> Iterator[dict[str, Any]]:
         yield item
 
 
-def own_hashed_centroids(db: sqlite3.Connection, space: str) -> list[tuple[str, str, str, bytes]]:
-    """(hash, kind, text, centroid) of this memory's unarchived lessons with a centroid in ``space``."""
-    return [(str(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in db.execute(
-        "SELECT hash, kind, text, centroid FROM lessons WHERE origin = '' AND archived = 0 AND centroid IS NOT NULL"
+def own_hashed_centroids(db: sqlite3.Connection, space: str) -> list[tuple[int, str, str, str, bytes]]:
+    """(id, hash, kind, text, centroid) of this memory's unarchived lessons with a centroid in ``space``."""
+    return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), bytes(r[4])) for r in db.execute(
+        "SELECT id, hash, kind, text, centroid FROM lessons WHERE origin = '' AND archived = 0 AND centroid IS NOT NULL"
         " AND space = ?", (space,))]
 
 
