@@ -39,6 +39,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{key:<12} {out[key]}")
     print(f"{'last sleep':<12} {out['last_sleep'] or 'none yet'}")
     print(f"{'publishing':<12} {', '.join(out['published_projects']) or 'nothing'}")
+    hook = out.get("hook")
+    if hook:
+        print(f"{'agents':<12} {', '.join(hook['agents']) or 'none wired (neverestctl setup)'}")
+        print(f"{'holdout':<12} {100 * hook['holdout']:.0f}% of agent sessions are given nothing, to measure the "
+              f"difference; {hook['held_out']} of {hook['sessions']} session(s) seen were held out")
+        for held in hook["recent_held_out"]:
+            print(f"{'held out':<12} {held['session']}  first seen {held['first']}  {held['cwd'] or '-'}  "
+                  f"({held['withheld']} lesson(s) withheld)")
     got = out.get("received")
     if got:
         cap = f"of {got['budget_bytes']} " if got["budget_bytes"] else "(no budget) "
