@@ -10,12 +10,14 @@ Neverest writes (``~/.claude/settings.json``, ``~/.claude.json``, a project's ``
 ``~/.codex/config.toml``, anything in ``~/.neverest``) fails the run, naming the paths.  Other changes
 under ``~/.claude`` or ``~/.codex`` are the agents' own (the agent running this suite writes its
 transcript, todos and caches there as it goes): they are listed, and do not fail the run; so are changes
-in a ``~/.neverest`` whose daemon was running when the suite started.
+in a ``~/.neverest`` whose daemon was running when the suite started, and memory files of projects in
+another pytest run's temporary folder (another run on the machine, of a branch without consent, wrote them).
 """
 
 from __future__ import annotations
 
 import fcntl
+import getpass
 import json
 import os
 import pwd
@@ -116,22 +118,46 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop(name, None)
 
 
-def home_changes() -> tuple[list[str], list[str]]:
-    """(paths changed where Neverest writes, other paths changed) under the real homes since the start."""
+def project_slug(folder: str) -> str:
+    """Claude Code's folder name for a working folder (neverest.agents.memory_file.project_slug, for the
+    ASCII paths of temporary folders, without importing Neverest before HOME is moved)."""
+    return "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in folder)
+
+
+def _another_runs(path: str, home: Path, mine: str) -> bool:
+    """Whether a memory file names another pytest run's temporary folder (the project of a test of another
+    run on this machine, not of this one, whose temporary folder's name is ``mine``)."""
+    rel = Path(path).relative_to(home).parts
+    if len(rel) < 3 or rel[:2] != (".claude", "projects"):
+        return False
+    runs = project_slug(os.fspath(Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"))
+    return rel[2].startswith(runs + "-") and not (rel[2] == mine or rel[2].startswith(mine + "-"))
+
+
+def home_changes(basetemp: Path) -> tuple[list[str], list[str], list[str]]:
+    """The paths changed under the real homes since the start: (where Neverest writes, the same but naming
+    another pytest run's temporary folder, elsewhere)."""
     after = _snapshot(_GUARD.homes)
     changed = sorted(p for p in _GUARD.before.keys() | after.keys() if _GUARD.before.get(p) != after.get(p))
+    mine = project_slug(os.fspath(basetemp))
     ours: list[str] = []
+    others: list[str] = []
     theirs: list[str] = []
     for path in changed:
         home = next(h for h in _GUARD.homes if Path(path).is_relative_to(h))
-        (ours if _neverest_writes(path, home) and home not in _GUARD.daemons else theirs).append(path)
-    return ours, theirs
+        if not _neverest_writes(path, home) or home in _GUARD.daemons:
+            theirs.append(path)
+        else:
+            (others if _another_runs(path, home, mine) else ours).append(path)
+    return ours, others, theirs
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _GUARD.throwaway is None:
         return
-    ours, theirs = home_changes()
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = factory.getbasetemp() if isinstance(factory, pytest.TempPathFactory) else _GUARD.throwaway
+    ours, others, theirs = home_changes(basetemp)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
     def say(text: str, **markup: bool) -> None:
@@ -143,6 +169,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if theirs:
         say(f"home guard: {len(theirs)} path(s) under the real ~/.claude, ~/.codex or ~/.neverest changed during "
             "the run where Neverest never writes (an agent at work?): " + ", ".join(theirs[:10]))
+    if others:
+        say(f"home guard: {len(others)} memory file path(s) under the real ~/.claude changed, of projects in "
+            f"another test run's temporary folder (not this run's, {basetemp}): that run wrote them: "
+            + ", ".join(others[:10]))
     if ours:
         say(f"home guard: the suite changed the real home where Neverest writes, {len(ours)} path(s): "
             + ", ".join(ours[:20]), red=True, bold=True)

@@ -3,9 +3,11 @@ writes where Neverest writes in the person's home fails the run; the agents' own
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,13 @@ def test_the_agents_own_writes_are_shown_without_failing(tmp_path: Path, target:
     done = _run(tmp_path, target)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "where Neverest never writes" in done.stdout and Path(target).name in done.stdout
+
+
+def test_a_memory_file_of_another_test_runs_project_is_named_without_failing_this_run(tmp_path: Path) -> None:
+    """Another run on the machine (a branch without the fix, say) may write meanwhile: a memory file of a
+    project in another pytest run's temporary folder is that run's, named but not held against this one."""
+    slug = "".join(c if c.isascii() and c.isalnum() else "-"
+                   for c in f"{tempfile.gettempdir()}/pytest-of-{getpass.getuser()}/pytest-99999/test-x0/project")
+    done = _run(tmp_path, f".claude/projects/{slug}/memory/MEMORY.md")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "another test run's temporary folder" in done.stdout and slug in done.stdout
