@@ -114,8 +114,11 @@ class Config:
     commons_url: str = ""
     commons_token_file: str = ""
     commons_announce: str = ""  # this daemon's URL for peers, announced to the commons' directory ("" = don't)
-    # The agents' doors.  Session files are read every ingest_every_s and before each sleep ("" = the agent's
-    # default folder: ~/.claude/projects, and $CODEX_HOME/sessions or ~/.codex/sessions).
+    # The agents' doors.  agents: the agents the owner wired (``neverestctl setup`` writes it, ``--undo`` takes it
+    # back): only their session files are read and only their memory files written ("claude-code", "codex").
+    # Session files are read every ingest_every_s and before each sleep ("" = the agent's default folder:
+    # ~/.claude/projects, and $CODEX_HOME/sessions or ~/.codex/sessions).
+    agents: tuple[str, ...] = ()
     ingest_every_s: float = 60.0
     claude_dir: str = ""
     codex_dir: str = ""
@@ -187,6 +190,7 @@ def _peer_url(url: str) -> str:
 
 
 TRUST_POLICIES: Final = ("any", "peers", "vouched", "earned")
+AGENTS: Final = ("claude-code", "codex")  # the agents whose files the doors read and write (config ``agents``)
 MAX_PEERS: Final = 1000  # a static list longer than this is a mistake, not a network
 
 
@@ -227,6 +231,9 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
                  "received_exchange_budget_bytes", "declined_remember_s", "refute_origin_max"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name}: {getattr(config, name)!r} is negative (0 turns the bound off)")
+    unknown_agents = [a for a in config.agents if a not in AGENTS]
+    if unknown_agents:
+        raise ConfigError(f"agents: {', '.join(map(repr, unknown_agents))} not one of {', '.join(AGENTS)}")
     if not 0.0 <= config.holdout <= 1.0:
         raise ConfigError(f"holdout: {config.holdout!r} is not a share between 0 and 1")
     try:
@@ -244,7 +251,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     if len(config.peers) > MAX_PEERS:
         raise ConfigError(f"peers: {len(config.peers)} addresses; at most {MAX_PEERS}")
     peers = tuple(dict.fromkeys(_peer_url(url) for url in config.peers))
-    return dataclasses.replace(config, log_level=config.log_level.strip().lower(), peers=peers)
+    return dataclasses.replace(config, log_level=config.log_level.strip().lower(), peers=peers,
+                               agents=tuple(dict.fromkeys(config.agents)))
 
 
 def config_warnings(config: Config) -> list[str]:

@@ -89,3 +89,13 @@ def test_values_that_would_be_misread_are_refused(tmp_path: Path, env: dict[str,
     with pytest.raises(ConfigError, match=r"listen: .* is not a string"):
         load_config(tmp_path, {})
     assert load_config(tmp_path, {"NEVEREST_MDNS": "off"}, listen="127.0.0.1:0").mdns is False
+
+
+def test_the_agents_wired_come_from_the_file_or_the_environment_and_unknown_ones_are_refused(tmp_path: Path) -> None:
+    assert load_config(tmp_path, {}).agents == ()  # nothing wired by default: no agent's file is touched
+    (tmp_path / "config.toml").write_text('agents = ["codex", "claude-code", "codex"]\n')
+    assert load_config(tmp_path, {}).agents == ("codex", "claude-code")
+    assert load_config(tmp_path, {"NEVEREST_AGENTS": "claude-code"}).agents == ("claude-code",)
+    assert load_config(tmp_path, {"NEVEREST_AGENTS": ""}).agents == ()
+    with pytest.raises(ConfigError, match="'cursor' not one of claude-code, codex"):
+        load_config(tmp_path, {"NEVEREST_AGENTS": "cursor"})

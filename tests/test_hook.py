@@ -157,7 +157,9 @@ def test_pre_tool_use_gives_the_error_lessons_the_call_bears_on(home: Path) -> N
     assert call(home, call_about_changelog)[:2] == (0, "")
 
 
-def test_stop_gives_the_correction_lessons_the_hand_back_bears_on(home: Path, tmp_path: Path) -> None:
+def test_stop_says_nothing_and_keeps_the_correction_lessons_for_the_next_prompt(home: Path, tmp_path: Path) -> None:
+    """Claude Code takes no context from a Stop hook (only a blocking decision, never ours): the correction
+    lessons the hand-back bears on are logged at Stop and given with the session's next prompt."""
     transcript = tmp_path / "session.jsonl"
     lines = [{"type": "user", "message": {"role": "user", "content": "tag the release"}},
              {"type": "assistant", "message": {"role": "assistant", "content": [
@@ -166,12 +168,84 @@ def test_stop_gives_the_correction_lessons_the_hand_back_bears_on(home: Path, tm
              {"type": "system", "content": "hook ran"}]
     transcript.write_bytes(b"garbage line\n" + "".join(json.dumps(line) + "\n" for line in lines).encode())
     stop = payload("Stop", stop_hook_active=False) | {"transcript_path": str(transcript)}
-    _, out, _ = call(home, stop)
-    assert context(out, "Stop").splitlines()[1:] == [
+    assert call(home, stop)[:2] == (0, "")
+    with contextlib.closing(sqlite3.connect(home / "memory.db")) as db:
+        assert [(i.lesson, i.event, i.held_out) for i in injections.injections(db)] == [
+            (lesson_hash("correction", OWN_CORRECTION), "Stop", False)]
+    # The next prompt, about something else, brings it; the one after does not repeat it.
+    _, out, _ = call(home, payload("UserPromptSubmit", prompt="now bump the version number"))
+    assert context(out, "UserPromptSubmit").splitlines()[1:] == [
         f"- Observation from this memory (correction, local): {OWN_CORRECTION}"]
+    assert call(home, payload("UserPromptSubmit", prompt="now bump the version number"))[:2] == (0, "")
     # A hand-back given in the input is used as it is.
     other = payload("Stop", "s-other", last_assistant_message="Done: pip install works now.")
     assert call(home, other)[:2] == (0, "")  # no correction lesson bears on it (the pip one is an error lesson)
+    assert call(home, payload("UserPromptSubmit", "s-other", prompt="now bump the version number"))[:2] == (0, "")
+    # A held-out session's Stop logs the lesson as withheld and keeps nothing for its next prompt.
+    assert call(home, payload("Stop", WITHHELD, last_assistant_message="I pushed the release tag."),
+                holdout="0.5")[:2] == (0, "")
+    assert call(home, payload("UserPromptSubmit", WITHHELD, prompt="now bump the version number"),
+                holdout="0.5")[:2] == (0, "")
+    with contextlib.closing(sqlite3.connect(home / "memory.db")) as db:
+        assert (WITHHELD, "Stop", True) in {(i.session, i.event, i.held_out) for i in injections.injections(db)}
+        assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'hook_pending:%'").fetchone() == (0,)
+
+
+def test_no_event_is_answered_with_a_decision_only_with_documented_context(home: Path, tmp_path: Path) -> None:
+    """Every answer is the documented hookSpecificOutput with additionalContext, for SessionStart,
+    UserPromptSubmit and PreToolUse only: never a decision, a permissionDecision, continue or a Stop answer."""
+    calls = [payload("SessionStart", "s-x", source="startup"),
+             payload("UserPromptSubmit", "s-y", prompt="npm ci behind the corporate proxy and pip install"),
+             payload("PreToolUse", "s-z", tool_name="Bash", tool_input={"command": "pip install -e ."}),
+             payload("Stop", "s-w", last_assistant_message="I pushed the release tag, changelog untouched."),
+             payload("PostToolUse", "s-v", tool_name="Bash", tool_input={"command": "make"},
+                     tool_response={"is_error": True, "stderr": "make: *** No rule to make target"}),
+             payload("SubagentStop", "s-u", last_assistant_message="release tag pushed"),
+             payload("Notification", "s-t", message="Claude needs your permission")]
+    answered = set()
+    for item in calls:
+        status, out, _ = call(home, item)
+        assert status == 0
+        if out:
+            answer = json.loads(out)
+            assert set(answer) == {"hookSpecificOutput"}
+            assert set(answer["hookSpecificOutput"]) == {"hookEventName", "additionalContext"}
+            answered.add(answer["hookSpecificOutput"]["hookEventName"])
+    assert answered == {"SessionStart", "UserPromptSubmit", "PreToolUse"}
+
+
+def _explained(home: Path, item: dict[str, Any], *, holdout: str = "0", flag: bool = True) -> tuple[str, str]:
+    env = _env(home, holdout) | ({} if flag else {"NEVEREST_HOOK_EXPLAIN": "1"})
+    argv = ("-m", "neverest.agents.hook", "--explain") if flag else ("-m", "neverest.agents.hook")
+    done = subprocess.run([sys.executable, *argv], input=json.dumps(item).encode(), capture_output=True, env=env,
+                          timeout=30)
+    assert done.returncode == 0
+    return done.stdout.decode(), done.stderr.decode()
+
+
+def test_explain_says_why_a_call_gave_nothing(home: Path, tmp_path: Path) -> None:
+    out, why = _explained(home, payload("SessionStart", WITHHELD, source="startup"), holdout="0.5")
+    assert out == "" and "held out (holdout 0.5; decided now)" in why and "3 lesson(s) withheld" in why
+    out, why = _explained(home, payload("UserPromptSubmit", WITHHELD, prompt="npm ci and the proxy"), flag=False)
+    assert out == "" and "decided when the hook first saw it" in why and "already given" in why
+    out, why = _explained(home, payload("UserPromptSubmit", prompt="rename the widget class"))
+    assert out == "" and "0 bear on it" in why and "nothing given" in why
+    out, why = _explained(home, payload("UserPromptSubmit", prompt="docker compose up hangs with variables exported"))
+    assert out == "" and "left out, candidate" in why and "cosine" in why
+    out, why = _explained(home, payload("UserPromptSubmit", prompt="why does pip install fail here?"))
+    assert OWN_ERROR in context(out, "UserPromptSubmit") and "given 1 lesson(s)" in why
+    assert "bears on it, cosine" in why and lesson_hash("error", OWN_ERROR)[:8] in why
+    out, why = _explained(home, payload("Stop", last_assistant_message="I pushed the release tag."))
+    assert out == "" and "no context from a Stop hook" in why and "kept for the session's next prompt" in why
+    _, why = _explained(tmp_path / "nowhere", payload("SessionStart"))
+    assert "nothing: no memory at" in why
+    _, why = _explained(home, payload("Notification", message="hi"))
+    assert "is not answered" in why
+    # Without the flag or the variable, standard error stays empty.
+    env = {k: v for k, v in _env(home).items() if k not in (hook.EXPLAIN_ENV, hook.DEBUG_ENV)}
+    done = subprocess.run([sys.executable, "-m", "neverest.agents.hook"], capture_output=True, env=env, timeout=30,
+                          input=json.dumps(payload("UserPromptSubmit", "s-q", prompt="rename the widget")).encode())
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
 
 
 def test_a_held_out_session_gets_nothing_and_its_withheld_lessons_are_logged(home: Path) -> None:
@@ -348,3 +422,21 @@ def test_a_judged_state_is_kept_for_a_while_then_judged_again(home: Path) -> Non
     with contextlib.closing(sqlite3.connect(home / "memory.db", isolation_level=None)) as db:
         db.execute("UPDATE lesson_states SET judged = ?", ("2026-03-31T23:00:00.000000Z",))
     assert COMMON in context(call(home, payload("UserPromptSubmit", "s-3", prompt=prompt))[1], "UserPromptSubmit")
+
+
+def test_status_shows_the_holdout_share_and_the_sessions_held_out(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from neverest.ctl import main
+
+    assert call(home, payload("SessionStart", WITHHELD, source="startup"), holdout="0.5")[:2] == (0, "")
+    assert call(home, payload("SessionStart", GIVEN, source="startup"), holdout="0.5")[1]
+    monkeypatch.setenv("NEVEREST_NOW", iso(NOW))
+    monkeypatch.setenv("NEVEREST_HOLDOUT", "0.5")
+    assert main(["status", "--home", str(home), "--json"]) == 0
+    hook_status = json.loads(capsys.readouterr().out)["hook"]
+    assert hook_status["holdout"] == 0.5 and (hook_status["sessions"], hook_status["held_out"]) == (2, 1)
+    assert [(s["session"], s["cwd"], s["withheld"]) for s in hook_status["recent_held_out"]] == [(WITHHELD, PROJECT, 3)]
+    assert main(["status", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert "50% of agent sessions are given nothing" in out and "1 of 2 session(s) seen were held out" in out
+    assert f"held out     {WITHHELD}" in out and "(3 lesson(s) withheld)" in out

@@ -54,13 +54,25 @@ def test_ingest_then_episodes(home: Path, tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().out.strip() == "no episodes"
 
 
-def test_default_folders(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_folders_are_read_only_for_the_agents_wired(home: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     write(tmp_path / "user" / ".claude" / "projects" / "p" / "sess-1.jsonl", claude_session())
     write(tmp_path / "codexhome" / "sessions" / "2026" / "rollout-1.jsonl", codex_session())
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codexhome"))
+    # Nothing wired (setup never ran): the agents' folders are not read, and the owner is told how.
+    assert run(home, "ingest") == 0
+    out = capsys.readouterr().out
+    assert "0 session files" in out and "Claude Code: not read (not wired" in out and "--codex DIR" in out
+    # A folder named by hand is read all the same.
+    assert run(home, "ingest", "--codex", str(tmp_path / "codexhome" / "sessions"), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["files"] == 1 and report["not_wired"] == ["claude-code"]
+    # Wired (as setup records it in the config): the defaults are read.
+    (home / "config.toml").write_text('agents = ["claude-code", "codex"]\n')
     assert run(home, "ingest", "--json") == 0
-    assert json.loads(capsys.readouterr().out)["files"] == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["files"] == 2 and report["not_wired"] == []
 
 
 def test_usage_errors(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,3 +80,33 @@ def test_usage_errors(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "--claude" in capsys.readouterr().err
     assert run(home, "episodes", "--since", "last week") == 2
     assert run(home, "episodes", "--kind", "gossip") == 2
+
+
+def test_the_daemons_pass_and_sleep_touch_only_the_agents_wired(tmp_path: Path) -> None:
+    """What the daemon's ingest service, its nightly sleep and ``neverestctl sleep`` run: an agent's
+    session files are read, and Claude Code's memory files written, only once the agent is wired."""
+    from neverest.agents.doors import ingest_agents, render_for_agents
+    from neverest.clock import FixedClock, parse_time
+    from neverest.config import Config
+    from neverest.memory.service import Memory
+
+    claude = tmp_path / "claude-projects"
+    write(claude / "-home-ann-shop" / "sess-1.jsonl", claude_session())
+    codex = tmp_path / "codex-sessions"
+    write(codex / "2026" / "11" / "30" / "rollout-x.jsonl", codex_session())
+    home = tmp_path / "memory"
+    home.mkdir(mode=0o700)
+    for agents, files in (((), 0), (("codex",), 1), (("claude-code", "codex"), 2)):
+        config = Config(agents=agents, claude_dir=str(claude), codex_dir=str(codex))
+        with Memory.open(home, config, FixedClock(parse_time(NOW)), renderers=(render_for_agents,)) as memory:
+            report = ingest_agents(memory)
+            assert report["files"] == files and len(report["not_wired"]) == 2 - files
+            memory.ingest([{"kind": "error", "agent": "t", "session": "x", "cwd": "/home/ann/shop", "title": "t",
+                            "happened": "pip install fails"}])
+            with memory.store.write() as db:
+                db.execute("INSERT OR IGNORE INTO lessons (hash, kind, text, cwd, strength, seen, created, updated) "
+                           "VALUES ('ab', 'error', 'pip install fails offline', '/home/ann/shop', 1, 2, ?, ?)",
+                           (NOW, NOW))
+            memory.render()
+        written = (claude / "-home-ann-shop" / "memory" / "MEMORY.md").exists()
+        assert written == ("claude-code" in agents)

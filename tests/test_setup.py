@@ -110,7 +110,7 @@ def test_a_second_run_changes_nothing(machine: Path) -> None:
     apply(env, plan(env))
     after_first = _snapshot(machine)
     again = plan(env)
-    assert again.changes == [] and len(again.unchanged) == 4
+    assert again.changes == [] and len(again.unchanged) == 5
     apply(env, again)
     assert _snapshot(machine) == after_first
 
@@ -185,7 +185,9 @@ def test_a_symlinked_settings_file_stays_a_link(machine: Path) -> None:
 def test_only_the_agents_found_are_wired(machine: Path, tmp_path: Path) -> None:
     env = dataclasses.replace(_env(machine), codex=False, systemd=False)
     todo = plan(env)
-    assert {c.kind for c in todo.changes} == {"claude-settings", "claude-config"}
+    assert {c.kind for c in todo.changes} == {"claude-settings", "claude-config", "neverest-config"}
+    [consent] = [c for c in todo.changes if c.kind == "neverest-config"]
+    assert tomllib.loads(consent.content.decode())["agents"] == ["claude-code"]
     assert any("Codex CLI: not found" in n for n in todo.notes)
     assert any("[Service]" in n for n in todo.notes)  # without systemd the unit is printed
 
@@ -206,3 +208,76 @@ def test_an_old_neverest_table_is_replaced_in_place_and_an_inline_one_is_refused
         codex_added(inline, tmp_path / "c.toml", "/new/neverestctl", ["mcp"])
     with pytest.raises(SetupError, match="not valid TOML"):
         codex_added(b"[broken", tmp_path / "c.toml", "/new/neverestctl", ["mcp"])
+
+
+def test_the_agents_wired_are_recorded_in_the_memorys_config_and_undo_takes_them_back(machine: Path) -> None:
+    memory_home = Path(os.environ["NEVEREST_HOME"])
+    config = memory_home / "config.toml"
+    mine = b'# my settings\nholdout = 0.25  # half as many held out\n'
+    config.write_bytes(mine)
+    env = _env(machine)
+    apply(env, plan(env))
+    text = config.read_bytes()
+    assert text.startswith(mine)  # the person's lines and comments stay
+    assert tomllib.loads(text.decode()) == {"holdout": 0.25, "agents": ["claude-code", "codex"]}
+    from neverest.config import load_config
+    assert load_config(memory_home, {}).agents == ("claude-code", "codex")
+    undo(env)
+    assert config.read_bytes() == mine
+    # Changed since setup: only the agents line (and setup's comment) goes.
+    apply(env, plan(env))
+    config.write_bytes(config.read_bytes() + b"sleep_at = \"04:00\"\n")
+    undo(env)
+    assert config.read_bytes() == mine + b'sleep_at = "04:00"\n'
+
+
+def test_agents_are_added_to_an_existing_list_and_kept_in_order(tmp_path: Path) -> None:
+    from neverest.agents.setup import SetupError, agents_added, agents_removed
+    path = tmp_path / "config.toml"
+    assert agents_added(b'agents = ["codex"]  # mine\n', path, ["codex"]) == b'agents = ["codex"]  # mine\n'
+    added = agents_added(b'trust = "any"\nagents = ["codex"]\n', path, ["claude-code", "codex"])
+    assert added == b'trust = "any"\nagents = ["codex", "claude-code"]\n'
+    assert agents_removed(added, path) == b'trust = "any"\n'
+    with pytest.raises(SetupError, match="by hand"):
+        agents_added(b'agents = [\n  "codex",\n]\n', path, ["claude-code"])
+
+
+def _remember_twice(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for session in ("s1", "s2"):
+        assert main(["remember", "--kind", "error", "--title", "pip install -e .", "--happened",
+                     "fails without --no-build-isolation", "--cwd", str(project), "--session", session]) == 0
+    capsys.readouterr()
+
+
+def test_nothing_of_an_agent_is_read_or_written_before_setup_and_undo_takes_the_section_back(
+        machine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from neverest.agents.memory_file import BEGIN, project_slug
+    monkeypatch.setenv("NEVEREST_NOW", "2026-03-01T09:00:00Z")
+    project = tmp_path / "project"
+    project.mkdir()
+    projects = machine / ".claude" / "projects"
+    session = projects / project_slug(str(project)) / "sess-1.jsonl"
+    session.parent.mkdir(parents=True)
+    session.write_text(json.dumps({"type": "user", "sessionId": "sess-1", "cwd": str(project), "uuid": "u1",
+                                   "message": {"role": "user", "content": "please fix the build"}}) + "\n")
+    memory_file = session.parent / "memory" / "MEMORY.md"
+    before = _snapshot(machine)
+    _remember_twice(project, capsys)
+    assert main(["sleep", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["learned"] and report["ingest"]["files"] == 0
+    assert report["ingest"]["not_wired"] == ["claude-code", "codex"]
+    assert _snapshot(machine) == before  # no session read, no MEMORY.md written
+
+    assert main(["setup"]) == 0
+    out = capsys.readouterr().out
+    assert 'agents = ["claude-code", "codex"]' in out and "Nothing of an agent's is read or written before setup" in out
+    assert main(["sleep", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ingest"]["files"] == 1
+    assert memory_file.read_bytes().startswith(BEGIN)
+
+    assert main(["setup", "--undo"]) == 0
+    out = capsys.readouterr().out
+    assert f"Neverest's section taken back: {memory_file}" in out
+    assert not memory_file.exists()  # it held nothing else
+    assert _snapshot(machine) == before

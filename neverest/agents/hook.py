@@ -6,26 +6,39 @@ input (``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name``, and pe
 
     {"hookSpecificOutput": {"hookEventName": "<event>", "additionalContext": "<text>"}}
 
-or with nothing.  What each event gets:
+or with nothing, and only for the events whose documented output takes ``additionalContext``
+(Claude Code's hooks reference, https://code.claude.com/docs/en/hooks, "Decision control" of each
+event).  What each event gets:
 
-- ``SessionStart``: the strongest lessons learned in this working directory's project, then general ones;
-- ``UserPromptSubmit``: the lessons the prompt bears on (cosine in the hashed space at or above recall's
-  relevance floor, sharing a word with the prompt, as ``neverestctl recall``);
-- ``PreToolUse``: the error lessons the tool call (tool name and command) bears on;
+- ``SessionStart`` ("``additionalContext``: String added to Claude's context"): the strongest lessons
+  learned in this working directory's project, then general ones;
+- ``UserPromptSubmit`` ("``additionalContext``: String added to Claude's context"): the lessons the prompt
+  bears on (cosine in the hashed space at or above recall's relevance floor, sharing a word with the
+  prompt, as ``neverestctl recall``), and those the last Stop kept for it (below);
+- ``PreToolUse`` ("``additionalContext``: String added to Claude's context before the tool executes";
+  never ``permissionDecision``): the error lessons the tool call (tool name and command) bears on;
 - ``PostToolUse`` with a failed result (``is_error``, or a non-zero exit code) and ``PostToolUseFailure``:
   an error event stored at once through the one ingest function (by the daemon when it runs), nothing said;
-- ``Stop``: the correction lessons the agent's hand-back bears on.
+- ``Stop``: nothing is printed.  The reference gives Stop no ``additionalContext``: its only control is
+  the top-level ``decision``, and "To prevent Claude from stopping, return ``{"decision": "block",
+  "reason": ...}``. The reason is shown to Claude, which may decide to continue the conversation" -- a
+  memory must never keep the agent going.  So the correction lessons the agent's hand-back bears on
+  are logged at the hand-back (the moment bore on them) and kept for the session's next prompt, whose
+  ``UserPromptSubmit`` answer gives them.
 
 Only this memory's own lessons and received lessons whose commons state is ``common`` are given, each
 at most once per session, framed as an observation with its kind, state and provenance, under a line
 saying they are observations, not instructions; the whole text is at most ``MAX_CONTEXT_CHARS``.
 A stable fraction of sessions (``holdout``, chosen by a hash of the session id) is given nothing; both
 what is given and what is withheld are logged (tables ``hook_sessions`` and ``injections``) so that a
-measure can compare the two groups.
+measure can compare the two groups, and ``neverestctl status`` shows the share and the recent held-out
+sessions.  ``--explain`` (or ``NEVEREST_HOOK_EXPLAIN=1``) says on standard error why a call gave what it
+gave, or nothing: held out, nothing bearing on it (with the scores), already given, not common, ...
 
 The hook never stands in the agent's way: whatever goes wrong (no input, garbage, another agent's
 JSON, no memory, a locked store, a slow daemon) it prints nothing and exits 0, within ``DEADLINE_S``
-(a watchdog ends the process then).  It never exits 2, which would block the agent.
+(a watchdog ends the process then).  It never exits 2 and never answers ``"decision": "block"`` or a
+``permissionDecision``, which would block or steer the agent.
 
 It is run on every prompt and tool call, so it imports the standard library only on the way to an
 answer: the hashed-space vectors are computed here in plain Python (``tests/test_hook.py`` checks
@@ -71,7 +84,8 @@ MAX_LESSON_CHARS: Final = 400
 MAX_QUERY_CHARS: Final = 4000
 DEFAULT_HOLDOUT: Final = 0.5
 HOLDOUT_ENV: Final = "NEVEREST_HOLDOUT"
-DEBUG_ENV: Final = "NEVEREST_HOOK_DEBUG"
+DEBUG_ENV: Final = "NEVEREST_HOOK_DEBUG"  # exceptions on standard error (--explain says more)
+EXPLAIN_ENV: Final = "NEVEREST_HOOK_EXPLAIN"  # why each call gave what it gave, on standard error
 STATE_TTL_S: Final = 600.0
 # Judging states loads the commons rule (about half a second on a busy machine): it is started only
 # with this much of the deadline left, else the states judged before are used, however old.
@@ -82,8 +96,10 @@ HEADER: Final = ("Neverest memory: observations from earlier sessions, not instr
 # Key terms a prompt or a hand-back must share with a lesson (keyterms.py): with one, replay on the public
 # corpus found 7 lessons given with prompts and none of them bore on what followed (docs/sessions.md).
 MIN_SHARED_TERMS: Final = 2
-# How many lessons each event gives at most.
+# How many lessons each event gives at most (Stop's: kept for the next prompt, which gives them beside its own).
 TOP: Final = {"SessionStart": 5, "UserPromptSubmit": 3, "PreToolUse": 2, "Stop": 2}
+# What Stop keeps for a next prompt that never comes is dropped after a day.
+PENDING_TTL_S: Final = 86400.0
 # The kind of lesson each event looks for (None: every kind).
 KIND: Final[dict[str, str | None]] = {"SessionStart": None, "UserPromptSubmit": None, "PreToolUse": None,
                                       "Stop": "correction"}
@@ -113,6 +129,7 @@ _FILLER: Final = frozenset(
     "please now up down out over under about after before while".split())
 
 Vector = dict[int, float]
+Notes = list[str] | None  # the explanation being gathered (--explain); None when nobody asked
 
 
 class Skip(Exception):
@@ -312,12 +329,22 @@ def _in_project(lesson_cwd: str, cwd: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[list[q.Candidate]]:
-    """The lessons for ``event``, best first, each as its rows (own first); [] when nothing bears on it."""
+def _group(rows: list[q.Candidate]) -> list[list[q.Candidate]]:
     by_hash: dict[str, list[q.Candidate]] = {}
     for row in rows:
         by_hash.setdefault(row.hash, []).append(row)
-    groups = [sorted(g, key=lambda r: r.origin != "") for g in by_hash.values()]
+    return [sorted(g, key=lambda r: r.origin != "") for g in by_hash.values()]
+
+
+def _about(group: list[q.Candidate]) -> str:
+    """A lesson as --explain names it: its hash prefix and kind, never its text (``neverestctl show`` has it)."""
+    return f"{group[0].hash[:12]} ({group[0].kind}, {'this memory' if group[0].origin == '' else 'received'})"
+
+
+def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: Notes = None
+         ) -> list[list[q.Candidate]]:
+    """The lessons for ``event``, best first, each as its rows (own first); [] when nothing bears on it."""
+    groups = _group(rows)
     if event == "SessionStart":
         cwd = _text(payload.get("cwd"), 4096)
         # Errors only: a correction about a program comes before that program runs (PreToolUse), and replay
@@ -325,6 +352,9 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
         groups = [g for g in groups if g[0].kind == "error"]
         here = [g for g in groups if any(_in_project(r.cwd, cwd) for r in g)]
         general = [g for g in groups if all(not r.cwd for r in g)]
+        if notes is not None:
+            notes.append(f"{len(here)} learned in this project ({cwd or 'no cwd given'}), {len(general)} general; "
+                         f"{len(groups) - len(here) - len(general)} belong to other projects")
         strength = lambda g: -max(r.strength for r in g)  # noqa: E731
         return sorted(here, key=strength) + sorted(general, key=strength)
     if event == "UserPromptSubmit":
@@ -351,11 +381,15 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
         query = hand_back(payload)
     vector = hashed(query)
     if not vector:
+        if notes is not None:
+            notes.append("the " + ("prompt" if event == "UserPromptSubmit" else "tool call" if event == "PreToolUse"
+                                   else "hand-back") + " has no words to match")
         return []
-    # A lesson bears on the words when it holds one of their key terms (keyterms.py: not filler, not the
-    # words every failure is told in), inside a longer identifier too; the most shared terms first.
+    # A lesson bears on the words when it shares key terms with them (keyterms.py: not filler, not the
+    # words every failure is told in); the most shared terms first.
     terms = set(key_terms(query))
     scored: list[tuple[int, float, list[q.Candidate]]] = []
+    below: list[tuple[float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
         shared = len(terms & set(key_terms(row.text)))
@@ -365,7 +399,15 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any]) -> list[l
         cosine = dot(vector, lesson)
         if cosine >= MIN_COSINE:
             scored.append((shared, cosine, group))
+        elif notes is not None:
+            below.append((cosine, group))
     scored.sort(key=lambda item: (-item[0], -item[1]))
+    if notes is not None:
+        below.sort(key=lambda item: -item[0])
+        notes.append(f"{len(scored)} bear on it ({MIN_SHARED_TERMS} key terms shared and cosine >= {MIN_COSINE}), "
+                     f"{len(below)} more share them but score below")
+        notes.extend(f"  bears on it, {n} key terms, cosine {c:.2f}: {_about(g)}" for n, c, g in scored[:5])
+        notes.extend(f"  below the floor, cosine {c:.2f}: {_about(g)}" for c, g in below[:3])
     return [group for _, _, group in scored]
 
 
@@ -399,13 +441,28 @@ def frame(group: list[q.Candidate], state: str, others: int) -> str:
 
 
 def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, session: str, holdout: float,
-                now: datetime, deadline: float) -> str:
+                now: datetime, deadline: float, notes: Notes = None) -> str:
     db = store.db
     stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     with store.read():
-        groups = rank(event, q.candidates(db, kind=KIND[event]), payload)
+        pool = q.candidates(db, kind=KIND[event])
+        if notes is not None:
+            notes.append(f"{event}: {len(pool)} unarchived lesson row(s)"
+                         + (f" of kind {KIND[event]}" if KIND[event] else "") + " to choose from")
+        groups = rank(event, pool, payload, notes)
         given = q.already_given(db, session)
-        groups = [g for g in groups if g[0].hash not in given][:4 * TOP[event]]
+        fresh_groups = [g for g in groups if g[0].hash not in given]
+        if notes is not None and len(fresh_groups) < len(groups):
+            notes.append(f"{len(groups) - len(fresh_groups)} of them already given in this session (once each)")
+        groups = fresh_groups[:4 * TOP[event]]
+        # What the last Stop kept for this prompt (logged then, given now).
+        pending = q.pending(db, session) if event == "UserPromptSubmit" else []
+        if pending:
+            ranked = {g[0].hash for g in groups}
+            by_hash = {g[0].hash: g for g in _group([r for r in pool if r.hash in set(pending)])}
+            groups += [by_hash[h] for h in pending if h in by_hash and h not in ranked]
+            if notes is not None:
+                notes.append(f"{len(pending)} kept by the last Stop for this prompt")
         recorded = q.session_held_out(db, session)
         # Own lessons never published are local; the state of the others needs the commons rule.
         needing = {g[0].hash for g in groups if g[0].origin != ""} | q.published(db, (g[0].hash for g in groups))
@@ -422,21 +479,39 @@ def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, s
     for group in groups:
         own = group[0].origin == ""
         if group[0].hash in needing and group[0].hash not in states:
-            continue  # its state is not known in time
+            if notes is not None:
+                notes.append(f"left out, its commons state not known in time: {_about(group)}")
+            continue
         state = states.get(group[0].hash, ("local", 0))[0]
         if (own and state != "revoked") or (not own and state == "common"):
             chosen.append((group, state))
+        elif notes is not None:
+            notes.append(f"left out, {'revoked' if own else state + ' (only common received lessons are given)'}: "
+                         f"{_about(group)}")
+    kept_for_prompt = set(pending)
+    chosen = ([c for c in chosen if c[0][0].hash not in kept_for_prompt][:TOP[event]]
+              + [c for c in chosen if c[0][0].hash in kept_for_prompt][:TOP["Stop"]])
+    hold = held_out(session, holdout) if recorded is None else recorded
+    if notes is not None:
+        notes.append(f"session {session} is {'held out' if hold else 'not held out'} (holdout {holdout:g}; "
+                     + ("decided when the hook first saw it)" if recorded is not None else "decided now)"))
+    if event == "Stop":
+        return _stop(store, session, [g[0].hash for g, _ in chosen], hold=hold, recorded=recorded, fresh=fresh,
+                     payload=payload, stamp=stamp, now=now, notes=notes)
     lines: list[str] = []
     size = len(HEADER)
-    for group, state in chosen[:TOP[event]]:
+    for group, state in chosen:
         line = frame(group, state, q.other_origins(db, group[0].hash))
         if size + 1 + len(line) > MAX_CONTEXT_CHARS:
             break
         lines.append(line)
         size += 1 + len(line)
     shown = [group[0].hash for group, _ in chosen[:len(lines)]]
-    hold = held_out(session, holdout) if recorded is None else recorded
-    if recorded is not None and not shown and not fresh:
+    if notes is not None and len(lines) < len(chosen):
+        notes.append(f"{len(chosen) - len(lines)} cut: the context is at most {MAX_CONTEXT_CHARS} characters")
+    if recorded is not None and not shown and not fresh and not pending:
+        if notes is not None:
+            notes.append("nothing given")
         return ""  # nothing to log: no write
     with store.write() as w:
         if recorded is None:
@@ -444,10 +519,43 @@ def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, s
         if fresh:
             q.save_states(w, fresh, stamp)
         new = set(q.log(w, session, shown, event=event, at=stamp, held_out=hold))
+        if pending:
+            q.set_pending(w, session, [], at=stamp, stale_before=_stale(now))
     if hold:
+        if notes is not None:
+            notes.append(f"held out: {len(new)} lesson(s) withheld and logged, nothing said")
         return ""
-    kept = [line for line, digest in zip(lines, shown, strict=True) if digest in new]
+    kept = [line for line, digest in zip(lines, shown, strict=True) if digest in new or digest in kept_for_prompt]
+    if notes is not None:
+        notes.append(f"given {len(kept)} lesson(s)" if kept else "nothing given")
     return "\n".join([HEADER, *kept]) if kept else ""
+
+
+def _stale(now: datetime) -> str:
+    return (now - timedelta(seconds=PENDING_TTL_S)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _stop(store: Store, session: str, shown: list[str], *, hold: bool, recorded: bool | None,
+          fresh: dict[str, tuple[str, int]], payload: dict[str, Any], stamp: str, now: datetime, notes: Notes) -> str:
+    """Stop: the lessons chosen are logged now and, unless the session is held out, kept for its next
+    prompt; nothing is printed (Claude Code adds no context from a Stop hook)."""
+    if recorded is not None and not shown and not fresh:
+        if notes is not None:
+            notes.append("Stop: nothing to keep for the next prompt")
+        return ""
+    with store.write() as w:
+        if recorded is None:
+            q.add_session(w, session, held_out=hold, cwd=_text(payload.get("cwd"), 4096), at=stamp)
+        if fresh:
+            q.save_states(w, fresh, stamp)
+        new = q.log(w, session, shown, event="Stop", at=stamp, held_out=hold)
+        if new and not hold:
+            q.set_pending(w, session, list(dict.fromkeys([*new, *q.pending(w, session)]))[:2 * TOP["Stop"]],
+                          at=stamp, stale_before=_stale(now))
+    if notes is not None:
+        notes.append(f"Stop: Claude Code takes no context from a Stop hook; {len(new)} lesson(s) logged, "
+                     + ("withheld (held out)" if hold else "kept for the session's next prompt"))
+    return ""
 
 
 # -- storing a failure --------------------------------------------------------------------------
@@ -505,7 +613,8 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: bool = True) -> str:
+def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: bool = True,
+            notes: Notes = None) -> str:
     """The text to print for the hook input ``raw`` (may raise: the caller prints nothing then).
 
     ``close=False`` leaves the store's connection to the process's end: a process that ends with
@@ -525,12 +634,15 @@ def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: b
         error = failure(payload)
         if error is not None:
             store_failure(home, payload, error, now, deadline)
+        if notes is not None:
+            notes.append(f"{event}: " + ("the failed call was stored as an error event" if error is not None
+                                         else "the call did not fail: nothing stored") + "; nothing said")
         return ""
     if event not in TOP:
-        raise Skip(f"event {event} is not answered")
+        raise Skip(f"event {event} is not answered (only {', '.join(TOP)} and {', '.join(FAILURE_EVENTS)})")
     store = Store(home / STORE_FILE, busy_timeout_s=BUSY_TIMEOUT_S)
     try:
-        context = lessons_for(store, home, payload, event, session, holdout, now, deadline)
+        context = lessons_for(store, home, payload, event, session, holdout, now, deadline, notes)
     finally:
         if close:
             store.close()
@@ -562,10 +674,12 @@ def _configured_holdout(home: Path) -> float:
 
 
 def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: float | None,
-        watchdog: bool = True, close: bool = True) -> int:
+        watchdog: bool = True, close: bool = True, explain: bool = False) -> int:
     """Answer one hook call; always 0.  With ``watchdog`` the process ends (status 0, nothing printed)
-    when the deadline passes; ``close`` as in ``respond``."""
+    when the deadline passes; ``close`` as in ``respond``.  ``explain`` (or $NEVEREST_HOOK_EXPLAIN) says
+    on standard error why the call gave what it gave."""
     deadline = time.monotonic() + DEADLINE_S
+    notes: Notes = [] if explain or os.environ.get(EXPLAIN_ENV) else None
     timer = threading.Timer(DEADLINE_S, os._exit, args=(0,)) if watchdog else None
     if timer is not None:
         timer.daemon = True
@@ -575,16 +689,24 @@ def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: fl
         if len(raw) > MAX_INPUT_BYTES:
             raise Skip(f"input over {MAX_INPUT_BYTES} bytes")
         home = resolve_home(home_flag)
-        out = respond(raw, home, holdout=_holdout(holdout, home), deadline=deadline, close=close)
+        out = respond(raw, home, holdout=_holdout(holdout, home), deadline=deadline, close=close, notes=notes)
         if out:
             stdout.write(out + "\n")
             stdout.flush()
+    except Skip as exc:
+        if notes is not None:
+            notes.append(f"nothing: {exc}")
     except (Exception, RecursionError) as exc:  # whatever it is, the agent goes on without us
-        if os.environ.get(DEBUG_ENV):
+        if notes is not None:
+            notes.append(f"nothing: {type(exc).__name__}: {exc}")
+        elif os.environ.get(DEBUG_ENV):
             print(f"neverest hook: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
         if timer is not None:
             timer.cancel()
+        if notes is not None:
+            sys.stderr.write("".join(f"neverest hook: {line}\n" for line in notes))
+            sys.stderr.flush()
     return 0
 
 
@@ -595,15 +717,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
     p.add_argument("--holdout", type=float, default=None,
                    help=f"the fraction of sessions given nothing, for measuring (default ${HOLDOUT_ENV}, else "
                         f"{DEFAULT_HOLDOUT})")
+    p.add_argument("--explain", action="store_true",
+                   help=f"say on standard error why the call gave what it gave, or nothing (also ${EXPLAIN_ENV}=1)")
     p.set_defaults(func=cmd_hook)
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
-    return run(sys.stdin.buffer, sys.stdout, home_flag=getattr(args, "home", None), holdout=args.holdout)
+    return run(sys.stdin.buffer, sys.stdout, home_flag=getattr(args, "home", None), holdout=args.holdout,
+               explain=args.explain)
 
 
 def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
-    """``neverest-hook [--home DIR] [--holdout F]``: the same as ``neverestctl hook``, without loading
+    """``neverest-hook [--home DIR] [--holdout F] [--explain]``: the same as ``neverestctl hook``, without loading
     the rest of neverestctl first.  Always 0, even for a wrong command line (the agent must go on).
 
     ``fast_exit`` (the console script and ``python -m``) ends the process once the answer is written
@@ -612,12 +737,14 @@ def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
     parser = argparse.ArgumentParser(prog="neverest-hook", description="Answer one Claude Code hook call.")
     parser.add_argument("--home", default=None)
     parser.add_argument("--holdout", type=float, default=None)
+    parser.add_argument("--explain", action="store_true")
     try:
         args = parser.parse_args(argv)
     except SystemExit:
         return 0
     os.umask(0o077)  # neverest.paths.PRIVATE_UMASK: the store's -wal and -shm are born private
-    run(sys.stdin.buffer, sys.stdout, home_flag=args.home, holdout=args.holdout, close=not fast_exit)
+    run(sys.stdin.buffer, sys.stdout, home_flag=args.home, holdout=args.holdout, close=not fast_exit,
+        explain=args.explain)
     if fast_exit:
         os._exit(0)
     return 0

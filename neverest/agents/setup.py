@@ -8,7 +8,11 @@
   ``claude mcp add --scope user`` writes them);
 - Codex CLI: the MCP server as the table ``[mcp_servers.neverest]`` of ``$CODEX_HOME/config.toml``,
   edited as text (only that table), so the person's comments and formatting stay;
-- the daemon: a systemd user unit for ``neverestd``, written where systemd runs, else printed.
+- the daemon: a systemd user unit for ``neverestd``, written where systemd runs, else printed;
+- consent: the memory's own ``config.toml`` gets ``agents = [...]``, the agents wired here.  Neverest
+  reads an agent's session files and writes its memory file only for the agents listed there, so
+  nothing of an agent's is touched before setup (``neverestctl ingest --claude DIR`` by hand still
+  reads what it is given), and ``--undo`` takes the consent back with the rest.
 
 Every file is merged into, never rewritten from scratch: a key that was there stays.  The first
 time setup changes a file it keeps the original bytes (or that it did not exist) in the home's
@@ -35,7 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.files import atomic_write
+from neverest.paths import CONFIG_FILE
 
 HOOK_EVENTS: Final = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
 TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")  # the events whose matcher is a tool name
@@ -43,6 +49,7 @@ SERVER: Final = "neverest"
 MANIFEST: Final = "manifest.json"
 SETUP_DIR: Final = "setup"
 UNIT_NAME: Final = "neverestd.service"
+CONSENT_COMMENT: Final = "# Wired by `neverestctl setup`: only these agents' files are read and written by Neverest."
 ENABLE_HINT: Final = "systemctl --user daemon-reload && systemctl --user enable --now neverestd"
 
 
@@ -60,6 +67,7 @@ class Environment:
     codex_home: Path
     config_home: Path  # $XDG_CONFIG_HOME, else ~/.config
     backups: Path  # the Neverest home's setup folder
+    config: Path  # the Neverest home's config.toml, where the agents wired are recorded
     ctl: tuple[str, ...]  # argv of neverestctl (with --home when one is pinned)
     hook: tuple[str, ...]  # argv of neverest-hook: the hook without loading the rest of neverestctl (it runs often)
     daemon: tuple[str, ...]  # argv of neverestd
@@ -80,7 +88,7 @@ class Environment:
         pin = ("--home", os.fspath(neverest_home.absolute())) if pinned else ()
         return cls(
             home=home, claude_dir=claude_dir, claude_json=claude_json, codex_home=codex_home,
-            config_home=config_home, backups=neverest_home / SETUP_DIR,
+            config_home=config_home, backups=neverest_home / SETUP_DIR, config=neverest_home / CONFIG_FILE,
             ctl=(*_program("neverestctl", "neverest.ctl", path), *pin),
             hook=(*_program("neverest-hook", "neverest.agents.hook", path), *pin),
             daemon=(*_program("neverestd", "neverest.daemon", path), *pin),
@@ -280,6 +288,55 @@ def codex_removed(content: bytes | None, path: Path) -> bytes | None:
     return (before + text[where[1]:]).encode("utf-8")
 
 
+# -- Neverest's own config.toml: the agents wired (consent), edited as text ---------------------------
+
+_AGENTS_LINE: Final = re.compile(r"^[ \t]*agents[ \t]*=.*(?:\n|$)", re.MULTILINE)
+
+
+def _agents_listed(data: dict[str, Any]) -> list[str]:
+    value = data.get("agents", [])
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else []
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def agents_added(content: bytes | None, path: Path, agents: list[str]) -> bytes | None:
+    """``agents`` in the memory's config.toml holding ``agents`` (those there already kept, in their order)."""
+    text, data = _toml(content, path)
+    had = _agents_listed(data)
+    wanted = had + [a for a in agents if a not in had]
+    if wanted == had and "agents" in data:
+        return content
+    line = f"agents = [{', '.join(_toml_string(a) for a in wanted)}]\n"
+    found = list(_AGENTS_LINE.finditer(text))
+    if len(found) == 1 and "agents" in data:
+        new = text[:found[0].start()] + line + text[found[0].end():]
+    elif "agents" in data:
+        raise SetupError(f"{path} sets agents in a way setup cannot edit; write agents = {json.dumps(wanted)} "
+                         "there by hand")
+    else:
+        new = text + ("\n" if text and not text.endswith("\n") else "") + CONSENT_COMMENT + "\n" + line
+    try:
+        _, parsed = _toml(new.encode("utf-8"), path)
+    except SetupError:
+        parsed = {}
+    if parsed != data | {"agents": wanted}:  # the text edit must change the agents and nothing else
+        raise SetupError(f"{path}: agents could not be set without touching other settings; write "
+                         f"agents = {json.dumps(wanted)} there by hand")
+    return new.encode("utf-8")
+
+
+def agents_removed(content: bytes | None, path: Path) -> bytes | None:
+    """The config.toml without its ``agents`` line (and setup's comment above it)."""
+    text, data = _toml(content, path)
+    found = list(_AGENTS_LINE.finditer(text))
+    if "agents" not in data or len(found) != 1:
+        return content
+    before, after = text[:found[0].start()], text[found[0].end():]
+    if before.endswith(CONSENT_COMMENT + "\n"):
+        before = before[:-len(CONSENT_COMMENT) - 1]
+    return (before + after).encode("utf-8")
+
+
 # -- the daemon's unit ------------------------------------------------------------------------------
 
 
@@ -308,7 +365,7 @@ def unit_text(daemon: tuple[str, ...]) -> bytes:
 @dataclass
 class Change:
     path: Path
-    kind: str  # which remover undoes it: claude-settings, claude-config, codex-config, unit
+    kind: str  # which remover undoes it: claude-settings, claude-config, codex-config, neverest-config, unit
     what: str
     content: bytes
 
@@ -361,6 +418,11 @@ def plan(env: Environment) -> Plan:
                  lambda c, p: codex_added(c, p, env.ctl[0], [*env.ctl[1:], "mcp"]))
     else:
         out.notes.append("Codex CLI: not found (no $CODEX_HOME, ~/.codex or `codex` on the PATH)")
+    agents = [name for name, found in ((CLAUDE_AGENT, env.claude), (CODEX_AGENT, env.codex)) if found]
+    if agents:
+        consider(env.config, "neverest-config", f"agents = {json.dumps(agents)}: Neverest may read these agents' "
+                 "session files and write their memory files", lambda c, p: agents_added(c, p, agents))
+        out.notes.append(consent_note(agents))
     unit = unit_text(env.daemon)
     unit_path = env.config_home / "systemd" / "user" / UNIT_NAME
     if env.systemd:
@@ -370,6 +432,16 @@ def plan(env: Environment) -> Plan:
         out.notes.append(f"systemd is not running here: start `{shlex.join(env.daemon)}` your own way; "
                          f"with systemd, this unit goes in {unit_path}:\n{unit.decode()}")
     return out
+
+
+def consent_note(agents: list[str]) -> str:
+    """What wiring the agents lets Neverest touch, said once at setup."""
+    what = {CLAUDE_AGENT: "Claude Code's session files (claude_dir, default ~/.claude/projects) and the "
+                          "MEMORY.md of each project with lessons (delete one to opt that project out)",
+            CODEX_AGENT: "Codex's session files (codex_dir, default $CODEX_HOME/sessions or ~/.codex/sessions)"}
+    return ("Neverest reads and writes only what the agents wired here consent to: "
+            + "; ".join(what[a] for a in agents)
+            + ". Nothing of an agent's is read or written before setup; `neverestctl setup --undo` takes it back.")
 
 
 def _sha(data: bytes) -> str:
@@ -418,6 +490,7 @@ def apply(env: Environment, todo: Plan) -> None:
 
 _REMOVERS: Final[dict[str, Callable[[bytes | None, Path], bytes | None]]] = {
     "claude-settings": hooks_removed, "claude-config": server_removed, "codex-config": codex_removed,
+    "neverest-config": agents_removed,
 }
 
 

@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from neverest.agents.ingest import default_claude_dir, default_codex_dir, ingest_transcripts
+from neverest.agents.doors import claude_dir, codex_dir, wired
+from neverest.agents.ingest import ingest_transcripts
+from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.clock import iso, parse_time
 from neverest.commands.common import UsageError, open_memory
 from neverest.memory.events import EVENT_KINDS
@@ -18,14 +20,18 @@ _GIST_CHARS: Final = 100
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    claude = Path(args.claude) if args.claude else default_claude_dir()
-    codex = Path(args.codex) if args.codex else default_codex_dir()
+    """A folder named by a flag is read; an agent's default folder only when the agent is wired (setup)."""
     for flag, given in (("--claude", args.claude), ("--codex", args.codex)):
         if given and not Path(given).expanduser().is_dir():
             raise UsageError(f"{flag} {given}: not a folder")
     with open_memory(args) as memory:
+        config = memory.config
+        claude = Path(args.claude) if args.claude else claude_dir(config) if wired(config, CLAUDE_AGENT) else None
+        codex = Path(args.codex) if args.codex else codex_dir(config) if wired(config, CODEX_AGENT) else None
         report = ingest_transcripts(memory, claude=claude, codex=codex)
-    out = report.to_json()
+    not_read = [name for name, folder in (("Claude Code", claude), ("Codex", codex)) if folder is None]
+    out = report.to_json() | {"not_wired": [a for a, folder in ((CLAUDE_AGENT, claude), (CODEX_AGENT, codex))
+                                            if folder is None]}
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
@@ -35,6 +41,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
               f"{skipped} lines skipped" + (f"; {report.vanished} vanished" if report.vanished else ""))
         for problem in report.unreadable:
             print(f"unreadable: {problem}")
+        for name in not_read:
+            flag = "--claude" if name == "Claude Code" else "--codex"
+            print(f"{name}: not read (not wired by `neverestctl setup`; name its folder with {flag} DIR to read it)")
     return 1 if report.unreadable else 0
 
 
@@ -47,7 +56,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     claude: Path | None
     codex: Path | None
     if not args.claude and not args.codex:
-        claude, codex = default_claude_dir(), default_codex_dir()
+        # The wired agents' folders (setup), as ingest reads them; else the folders must be named.
+        with open_memory(args) as memory:
+            config = memory.config
+        claude = claude_dir(config) if wired(config, CLAUDE_AGENT) else None
+        codex = codex_dir(config) if wired(config, CODEX_AGENT) else None
+        if claude is None and codex is None:
+            raise UsageError("no agent is wired (neverestctl setup): name the session folders with --claude DIR "
+                             "and/or --codex DIR")
     else:
         claude = Path(args.claude) if args.claude else None
         codex = Path(args.codex) if args.codex else None
@@ -94,9 +110,10 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     parents = [common] if common else []
     p = sub.add_parser("ingest", parents=parents,
                        help="read the coding agents' session files (Claude Code, Codex) into episodes")
-    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default ~/.claude/projects)")
-    p.add_argument("--codex", metavar="DIR",
-                   help="Codex sessions folder (default $CODEX_HOME/sessions, else ~/.codex/sessions)")
+    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default, once Claude Code is wired "
+                   "by setup: claude_dir, else ~/.claude/projects)")
+    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default, once Codex is wired by setup: "
+                   "codex_dir, else $CODEX_HOME/sessions or ~/.codex/sessions)")
     p.add_argument("--json", action="store_true", help="print the counts as a JSON object")
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("replay", parents=parents,
@@ -104,10 +121,10 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
                        description="Replays the session files in time order into a temporary memory (never this "
                        "one), sleeping between days, and counts the repeated mistakes the hook's lessons caught "
                        "or missed, beside a retrieve-similar baseline.  Reads nothing into this memory.")
-    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default ~/.claude/projects when "
-                   "neither folder is given)")
-    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default $CODEX_HOME/sessions, else "
-                   "~/.codex/sessions, when neither folder is given)")
+    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (when neither folder is given: "
+                   "the wired agents' folders, as ingest reads them)")
+    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (when neither folder is given: the wired "
+                   "agents' folders)")
     p.add_argument("--json", action="store_true", help="also print the figures as one JSON object on the last line")
     p.add_argument("--explain", action="store_true",
                    help="first list every repeat (caught or missed) and every lesson given (used or unused)")

@@ -1,17 +1,22 @@
-"""``neverestctl setup`` (wire the agents on this machine to the memory, or undo it) and
+"""``neverestctl setup`` (wire the agents on this machine to the memory, or undo it),
+``neverestctl memory-file`` (the Claude Code memory files written, opted out, opted back in) and
 ``neverestctl measure`` (whether the memory helps, by day)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
+from neverest.agents.doors import claude_dir, wired
 from neverest.agents.measure import measure
+from neverest.agents.memory_file import MemoryFileError, listing, opt_in, opt_out, withdraw_agent_memory
 from neverest.agents.setup import Environment, SetupError, apply, plan, undo
-from neverest.commands.common import CommandFailed, UsageError, open_memory
+from neverest.agents.transcripts import CLAUDE_AGENT
+from neverest.commands.common import CommandFailed, UsageError, open_memory, through_daemon
 from neverest.memory.store import open_store
-from neverest.paths import HomeError, find_home, is_default, resolve_home
+from neverest.paths import STORE_FILE, HomeError, find_home, is_default, resolve_home
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
@@ -27,6 +32,17 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser | None = None) -> None
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_setup)
 
+    p = sub.add_parser("memory-file", parents=parents,
+                       help="the Claude Code MEMORY.md files this memory writes: list, opt a project out or back in",
+                       description="List the MEMORY.md files this memory has written its section into (and those "
+                       "opted out: a deleted MEMORY.md opts its project out, and is not written again). `on PROJECT` "
+                       "opts a project back in (its file is written at once); `off PROJECT` opts it out and takes "
+                       "the section back now. PROJECT is the project's folder or the MEMORY.md itself.")
+    p.add_argument("action", nargs="?", choices=("list", "on", "off"), default="list")
+    p.add_argument("project", nargs="?", metavar="PROJECT")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_memory_file)
+
     p = sub.add_parser("measure", parents=parents,
                        help="by day: repeat-yourself rate, repeated-error rate, prediction accuracy",
                        description="By UTC day: the share of corrections repeating an earlier one, of errors a "
@@ -35,6 +51,27 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser | None = None) -> None
     p.add_argument("--days", type=int, default=7, help="how many days, ending today (default 7)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_measure)
+
+
+def _daemon_note(args: argparse.Namespace) -> str | None:
+    if through_daemon(args, {"op": "status"}, timeout_s=5.0) is None:
+        return None
+    return ("neverestd is running with the agents wired when it started: restart it (systemctl --user restart "
+            "neverestd, or stop and start it) for it to read what changed here")
+
+
+def _withdraw(neverest_home: Path, args: argparse.Namespace, *, dry_run: bool) -> list[dict[str, str]]:
+    """After an undo: the sections written into Claude Code's memory files taken back, unless the config
+    (as restored) still wires Claude Code."""
+    if not (neverest_home / STORE_FILE).is_file():
+        return []
+    with open_memory(args) as memory:
+        if wired(memory.config, CLAUDE_AGENT):
+            return []
+        written = [f for f in listing(memory) if f["lessons"] and f["exists"] and not f["opted_out"]]
+        if not dry_run:
+            withdraw_agent_memory(memory)
+    return [{"file": f["file"], "action": "Neverest's section taken back"} for f in written]
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -54,13 +91,17 @@ def cmd_setup(args: argparse.Namespace) -> int:
     try:
         if args.undo:
             done = undo(env, dry_run=args.dry_run)
+            done += _withdraw(neverest_home, args, dry_run=args.dry_run)
+            note = _daemon_note(args) if done and not args.dry_run else None
             if args.json:
-                print(json.dumps({"undo": done, "dry_run": args.dry_run}))
+                print(json.dumps({"undo": done, "dry_run": args.dry_run, "notes": [note] if note else []}))
             elif not done:
                 print("nothing to undo: setup has changed no file (or was undone already)")
             else:
                 for item in done:
                     print(f"{'would be ' if args.dry_run else ''}{item['action']}: {item['file']}")
+                if note:
+                    print(note)
             return 0
         todo = plan(env)
         if not args.dry_run:
@@ -69,6 +110,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
         raise CommandFailed(f"{exc} (nothing was changed)" if not args.undo else str(exc)) from None
     except OSError as exc:
         raise CommandFailed(f"setup could not write {exc.filename}: {exc.strerror}") from None
+    if todo.changes and not args.dry_run:
+        note = _daemon_note(args)
+        if note:
+            todo.notes.append(note)
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "changed": [{"file": str(c.path), "what": c.what}
                                                                for c in todo.changes],
@@ -86,6 +131,45 @@ def cmd_setup(args: argparse.Namespace) -> int:
         print(f"already done {line}")
     for note in todo.notes:
         print(note)
+    return 0
+
+
+def cmd_memory_file(args: argparse.Namespace) -> int:
+    if args.action == "list" and args.project:
+        raise UsageError("memory-file list takes no PROJECT")
+    if args.action != "list" and not args.project:
+        raise UsageError(f"memory-file {args.action} needs the PROJECT folder (or its MEMORY.md)")
+    with open_memory(args) as memory:
+        if args.action == "list":
+            files = listing(memory)
+            if args.json:
+                for item in files:
+                    print(json.dumps(item, ensure_ascii=False))
+                return 0
+            if not wired(memory.config, CLAUDE_AGENT):
+                print("Claude Code is not wired (neverestctl setup): no memory file is written")
+            for item in files:
+                state = (f"opted out {item['opted_out']} (neverestctl memory-file on PROJECT to write it again)"
+                         if item["opted_out"] else f"{item['lessons']} lesson(s)" if item["exists"] else "absent")
+                print(f"{item['file']}  {state}" + (f"; {item['vetoed']} line(s) vetoed" if item["vetoed"] else ""))
+            if not files:
+                print("no memory file written yet")
+            return 0
+        try:
+            if args.action == "on":
+                name = opt_in(memory, claude_dir(memory.config), args.project)
+                memory.render()
+            else:
+                name = opt_out(memory, claude_dir(memory.config), args.project)
+        except MemoryFileError as exc:
+            raise UsageError(str(exc)) from None
+        if args.json:
+            print(json.dumps({"file": name, "opted_out": args.action == "off"}))
+        elif args.action == "on":
+            print(f"opted back in: {name}" + ("" if wired(memory.config, CLAUDE_AGENT) else
+                                              " (written once Claude Code is wired: neverestctl setup)"))
+        else:
+            print(f"opted out: {name}; Neverest's section taken back, the file is not written again")
     return 0
 
 

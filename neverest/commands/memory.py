@@ -100,6 +100,11 @@ def cmd_sleep(args: argparse.Namespace) -> int:
     inbox = report["inbox"]
     print(f"sleep at {report['started']} in space {report['space']}" + (" (by the daemon)" if answer else ""))
     print(f"  inbox      {inbox['stored']} new event(s), {len(inbox['refused'])} refused")
+    ingested = report.get("ingest")
+    if ingested:
+        not_wired = ingested.get("not_wired") or []
+        print(f"  agents     {ingested['stored']} new event(s) from {ingested['files']} session file(s)"
+              + (f"; not wired, not read: {', '.join(not_wired)} (neverestctl setup)" if not_wired else ""))
     print(f"  embed      {report['embedded']} vector(s)")
     print(f"  decay      {report['decay_days']} day(s); archived {report['archived_episodes']} episode(s), "
           f"{report['archived_lessons']} lesson(s)")

@@ -42,6 +42,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if out.get("held_back"):
         print(f"{'held back':<12} {out['held_back']} lesson(s) of those projects stay personal: their text holds what "
               "scrubbing removes or says nothing once scrubbed")
+    hook = out.get("hook")
+    if hook:
+        print(f"{'agents':<12} {', '.join(hook['agents']) or 'none wired (neverestctl setup)'}")
+        print(f"{'holdout':<12} {100 * hook['holdout']:.0f}% of agent sessions are given nothing, to measure the "
+              f"difference; {hook['held_out']} of {hook['sessions']} session(s) seen were held out")
+        for held in hook["recent_held_out"]:
+            print(f"{'held out':<12} {held['session']}  first seen {held['first']}  {held['cwd'] or '-'}  "
+                  f"({held['withheld']} lesson(s) withheld)")
     got = out.get("received")
     if got:
         cap = f"of {got['budget_bytes']} " if got["budget_bytes"] else "(no budget) "

@@ -44,6 +44,7 @@ from neverest.memory.forget import forget
 from neverest.memory.inbox import drain_inbox
 from neverest.memory.model import Endpoint, Writer
 from neverest.memory.queries import budget as budget_queries
+from neverest.memory.queries import injections as injection_queries
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
@@ -226,6 +227,8 @@ class Memory:
             "refused": [asdict(r) for r in holdings.refusals(db)],
             "refutations": refutation_status(db),
             "received": budget_queries.report(db, self.identity.origin, self.config.received_budget_bytes),
+            "hook": {"holdout": self.config.holdout, "agents": list(self.config.agents)}
+            | injection_queries.holdout_summary(db),
         }
 
     def forget(self, *, episode: str | None = None, session: str | None = None,

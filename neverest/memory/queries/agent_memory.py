@@ -1,5 +1,6 @@
 """What the render into an agent's own memory file reads: lessons with the folders they were
-learned in, and the hashes last written to each file (the veto list, in ``meta``)."""
+learned in, and per file (in ``meta``, key ``agent_memory:<path>``) the hashes last written, the
+veto list, and whether the owner opted the file out (deleted it) and when."""
 
 from __future__ import annotations
 
@@ -41,21 +42,38 @@ def unarchived(db: sqlite3.Connection) -> list[Shown]:
     return out
 
 
-def written(db: sqlite3.Connection, path: str) -> tuple[list[str], list[str]]:
-    """(hashes written last time, hashes vetoed) for one memory file."""
+class FileState(NamedTuple):
+    written: list[str]  # the hashes written to the file last time
+    vetoed: list[str]  # the hashes whose lines the owner deleted: never written again
+    opted_out: str  # when the owner deleted the whole file ('' = not opted out): nothing is written to it
+
+
+def state(db: sqlite3.Connection, path: str) -> FileState:
+    """One memory file's record (empty when none)."""
     value = meta_value(db, _META_PREFIX + path)
     if value is None:
-        return [], []
+        return FileState([], [], "")
     try:
         data = json.loads(value)
-        return [str(h) for h in data.get("written", [])], [str(h) for h in data.get("vetoed", [])]
+        return FileState([str(h) for h in data.get("written", [])], [str(h) for h in data.get("vetoed", [])],
+                         str(data.get("opted_out") or ""))
     except (ValueError, AttributeError):
-        return [], []
+        return FileState([], [], "")
 
 
-def set_written(db: sqlite3.Connection, path: str, hashes: list[str], vetoed: list[str]) -> None:
+def written(db: sqlite3.Connection, path: str) -> tuple[list[str], list[str]]:
+    """(hashes written last time, hashes vetoed) for one memory file."""
+    found = state(db, path)
+    return found.written, found.vetoed
+
+
+def set_written(db: sqlite3.Connection, path: str, hashes: list[str], vetoed: list[str], *,
+                opted_out: str = "") -> None:
     """Inside a write transaction."""
-    Store.set_meta(db, _META_PREFIX + path, json.dumps({"written": sorted(hashes), "vetoed": sorted(vetoed)}))
+    data: dict[str, object] = {"written": sorted(hashes), "vetoed": sorted(vetoed)}
+    if opted_out:
+        data["opted_out"] = opted_out
+    Store.set_meta(db, _META_PREFIX + path, json.dumps(data))
 
 
 def files(db: sqlite3.Connection) -> list[str]:

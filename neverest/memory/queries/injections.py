@@ -5,13 +5,16 @@ Tables (schema version 4, ``memory/store.py``):
 - ``hook_sessions(session, held_out, cwd, first)``: a session the hook saw, and whether it is held out;
 - ``injections(session, lesson, event, at, held_out)``: a lesson hash given to a session (held_out 0), or
   withheld from a held-out session (held_out 1), once per (session, lesson);
-- ``lesson_states(hash, state, support, judged)``: the commons state last judged for the hook.
+- ``lesson_states(hash, state, support, judged)``: the commons state last judged for the hook;
+- ``meta`` keys ``hook_pending:<session>``: lessons a Stop hook chose (and logged) for a session, to be
+  given with its next prompt (Claude Code adds no context from a Stop hook).
 
 This module imports nothing but the standard library: the hook runs on every prompt and tool call.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -107,6 +110,34 @@ def log(db: sqlite3.Connection, session: str, lessons: Sequence[str], *, event: 
     return new
 
 
+_PENDING: str = "hook_pending:"
+_PENDING_END: str = "hook_pending;"  # the first key after every "hook_pending:..." one
+
+
+def pending(db: sqlite3.Connection, session: str) -> list[str]:
+    """The lesson hashes kept for ``session``'s next prompt, in order."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (_PENDING + session,)).fetchone()
+    if row is None:
+        return []
+    try:
+        lessons = json.loads(row[0]).get("lessons", [])
+    except (ValueError, AttributeError):
+        return []
+    return [str(h) for h in lessons] if isinstance(lessons, list) else []
+
+
+def set_pending(db: sqlite3.Connection, session: str, lessons: Sequence[str], *, at: str, stale_before: str) -> None:
+    """Keep ``lessons`` for ``session``'s next prompt ([] clears); what was kept for sessions that never sent
+    another prompt is dropped once older than ``stale_before``.  Inside a write transaction."""
+    db.execute("DELETE FROM meta WHERE key >= ? AND key < ? AND coalesce(json_extract(value, '$.at'), '') < ?",
+               (_PENDING, _PENDING_END, stale_before))
+    if lessons:
+        db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                   (_PENDING + session, json.dumps({"at": at, "lessons": list(lessons)})))
+    else:
+        db.execute("DELETE FROM meta WHERE key = ?", (_PENDING + session,))
+
+
 class Injection(NamedTuple):
     session: str
     lesson: str
@@ -137,3 +168,16 @@ def sessions(db: sqlite3.Connection) -> list[HookSession]:
     """Every session the hook saw, with whether it was held out, oldest first."""
     return [HookSession(str(r[0]), bool(r[1]), str(r[2]), str(r[3]))
             for r in db.execute("SELECT session, held_out, cwd, first FROM hook_sessions ORDER BY first, session")]
+
+
+def holdout_summary(db: sqlite3.Connection, *, recent: int = 5) -> dict[str, object]:
+    """Sessions the hook saw and how many were held out, with the most recent held-out ones (what
+    ``neverestctl status`` shows)."""
+    seen, held = db.execute("SELECT count(*), coalesce(sum(held_out), 0) FROM hook_sessions").fetchone()
+    rows = db.execute("SELECT s.session, s.first, s.cwd, "
+                      "(SELECT count(*) FROM injections i WHERE i.session = s.session) FROM hook_sessions s "
+                      "WHERE s.held_out = 1 ORDER BY s.first DESC, s.session LIMIT ?",
+                      (recent,)).fetchall()
+    return {"sessions": int(seen), "held_out": int(held),
+            "recent_held_out": [{"session": str(r[0]), "first": str(r[1]), "cwd": str(r[2]), "withheld": int(r[3])}
+                                for r in rows]}
