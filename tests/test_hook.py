@@ -225,7 +225,7 @@ def _explained(home: Path, item: dict[str, Any], *, holdout: str = "0", flag: bo
 
 def test_explain_says_why_a_call_gave_nothing(home: Path, tmp_path: Path) -> None:
     out, why = _explained(home, payload("SessionStart", WITHHELD, source="startup"), holdout="0.5")
-    assert out == "" and "held out (holdout 0.5; decided now)" in why and "3 lesson(s) withheld" in why
+    assert out == "" and "held out (holdout 0.5; decided now)" in why and "2 lesson(s) withheld" in why
     out, why = _explained(home, payload("UserPromptSubmit", WITHHELD, prompt="npm ci and the proxy"), flag=False)
     assert out == "" and "decided when the hook first saw it" in why and "already given" in why
     out, why = _explained(home, payload("UserPromptSubmit", prompt="rename the widget class"))
@@ -234,7 +234,7 @@ def test_explain_says_why_a_call_gave_nothing(home: Path, tmp_path: Path) -> Non
     assert out == "" and "left out, candidate" in why and "cosine" in why
     out, why = _explained(home, payload("UserPromptSubmit", prompt="why does pip install fail here?"))
     assert OWN_ERROR in context(out, "UserPromptSubmit") and "given 1 lesson(s)" in why
-    assert "bears on it, cosine" in why and lesson_hash("error", OWN_ERROR)[:8] in why
+    assert "bears on it, 2 key terms, cosine" in why and lesson_hash("error", OWN_ERROR)[:8] in why
     out, why = _explained(home, payload("Stop", last_assistant_message="I pushed the release tag."))
     assert out == "" and "no context from a Stop hook" in why and "kept for the session's next prompt" in why
     _, why = _explained(tmp_path / "nowhere", payload("SessionStart"))
@@ -435,8 +435,8 @@ def test_status_shows_the_holdout_share_and_the_sessions_held_out(home: Path, mo
     assert main(["status", "--home", str(home), "--json"]) == 0
     hook_status = json.loads(capsys.readouterr().out)["hook"]
     assert hook_status["holdout"] == 0.5 and (hook_status["sessions"], hook_status["held_out"]) == (2, 1)
-    assert [(s["session"], s["cwd"], s["withheld"]) for s in hook_status["recent_held_out"]] == [(WITHHELD, PROJECT, 3)]
+    assert [(s["session"], s["cwd"], s["withheld"]) for s in hook_status["recent_held_out"]] == [(WITHHELD, PROJECT, 2)]
     assert main(["status", "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert "50% of agent sessions are given nothing" in out and "1 of 2 session(s) seen were held out" in out
-    assert f"held out     {WITHHELD}" in out and "(3 lesson(s) withheld)" in out
+    assert f"held out     {WITHHELD}" in out and "(2 lesson(s) withheld)" in out
