@@ -43,6 +43,7 @@ read in several steps is judged as one.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any, Final
 
 from neverest.agents.transcripts import ToolResult, Turn, program_of
@@ -351,8 +352,14 @@ def _text(value: str) -> str:
 
 
 def _cut(command: str | list[str], size: int = 200) -> str:
-    text = command if isinstance(command, str) else " ".join(command)
-    return text[:size]
+    """A command as one line: a Codex argument list ``["bash", "-lc", script]`` is its script, another list
+    its words quoted as a shell would need them."""
+    if isinstance(command, str):
+        return command[:size]
+    words = [w for w in command if isinstance(w, str)]
+    if len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and words[1] in ("-c", "-lc"):
+        return words[2][:size]
+    return shlex.join(words)[:size]
 
 
 def _bound(table: dict[str, Any]) -> None:

@@ -56,7 +56,7 @@ _CLASSES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple((name, re.compi
                r"file does not exist\. note: your current working directory"),
     (SANDBOX, r"sandbox|seatbelt|operation not permitted|read-only file system|landlock|"
               r"not allowed by (?:the )?(?:sandbox|approval)|blocked by (?:the )?(?:sandbox|policy)"),
-    (COMMAND_NOT_FOUND, r"command not found|(?<![\d\s]): not found$|"
+    (COMMAND_NOT_FOUND, r"command not found|bash\\r|(?<![\d\s]): not found$|"
                         r"is not recognized as an internal or external command|"
                         r"no such file or directory \(os error 2\).*spawn|executable file not found|"
                         r"\bcommand\b.*\bnot found\b|linker [`'\"]?\w+[`'\"]? not found|"

@@ -36,6 +36,14 @@ _PREDICATE = re.compile(
 
 
 _SUBCOMMAND: Final = re.compile(r"^[a-z][a-z0-9-]*$")
+_SCRIPT: Final = re.compile(r"^[\w.-]+\.(?:sh|py|js|mjs|ts|rb|pl|ps1|bat|cmd)$")
+# Programs whose second word is a sub-command ("git push", "npm ci"); for any other the words after the
+# program are its arguments (ls's folder, cat's file), which a lesson must not name.
+_WITH_SUBCOMMANDS: Final = frozenset(
+    "git npm pnpm yarn bun npx pip pip3 uv poetry pipenv conda cargo rustup go docker podman kubectl helm "
+    "terraform gh glab brew apt apt-get dnf yum pacman gem bundle rails mix dotnet mvn gradle systemctl "
+    "journalctl make just nx turbo deno supabase vercel wrangler firebase aws gcloud az heroku flutter "
+    "pytest python python3 node tsc ruff mypy jest vitest playwright prisma alembic django-admin".split())
 _TOOL_PREFIX: Final = re.compile(r"^[\w.-]+: (?=\S)")
 _CLASS_SUFFIX: Final = re.compile(r" \((?:" + "|".join(re.escape(c) for c in sorted(error_class.ALL)) + r")\)$")
 
@@ -50,9 +58,12 @@ def command_head(title: str) -> str:
         title = _TOOL_PREFIX.sub("", title, count=1)
     words: list[str] = []
     for word in title.split():
+        if not words and "/" in word and _SCRIPT.match(word.rsplit("/", 1)[-1]):
+            words.append(word.rsplit("/", 1)[-1])  # a script run by its path: its file name names it
+            continue
         if word.startswith(("-", "/", "./", "~", "$", "'", '"')) or "/" in word or "=" in word:
             break
-        if words and not _SUBCOMMAND.match(word):
+        if words and (not _SUBCOMMAND.match(word) or words[0] not in _WITH_SUBCOMMANDS):
             break  # an argument (a host, a file, a number), not a sub-command
         words.append(word)
         if len(words) == 3:
@@ -161,7 +172,7 @@ def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
 _MISSING_PROGRAMS: Final = tuple(re.compile(p, re.I) for p in (
     r"command not found:\s*([\w.+-]+)", r"linker [`'\"]?([\w.+-]+)[`'\"]? not found", r"'([\w.+-]+)' is not recognized",
     r"([\w.+-]+): (?:command )?not found"))
-_CRLF: Final = re.compile(r"\$'\\r'|\\r': command not found")
+_CRLF: Final = re.compile(r"\$'\\r'|\\r': command not found|\w\\r['’]")
 _SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo", "sleep"})
 _MISSING_MODULE: Final = re.compile(r"(?:no module named|cannot find module|cannot find package|module not found:?"
                                     r"(?: error:)?(?: can'?t resolve)?)\s*['\"`]?([@\w./-]{1,60}?)['\"`]?(?:\s|$|,|;)",
@@ -202,12 +213,18 @@ def what_worked(failed: str, worked: str) -> str:
     ("quoting the path works"), or '' when the difference says nothing one can name."""
     if not failed or not worked or failed.strip() == worked.strip():
         return ""
+    if re.search(r"dos2unix|\\r|crlf", worked, re.I) and not re.search(r"dos2unix|\\r|crlf", failed, re.I):
+        return "converting the line endings works"
+
     before, after = error_class.segments(failed), error_class.segments(worked)
     flat_before = [w for s in before for w in s]
     flat_after = [w for s in after for w in s]
     p_before, p_after = shell_head(failed).split()[:1], shell_head(worked).split()[:1]
     if p_before and p_after and p_before != p_after:
         return f"{p_after[0]} works instead"
+    fallback = re.search(r"\|\|\s*(?:sudo\s+)?([A-Za-z][\w.+-]*)", worked)
+    if p_before and fallback and fallback.group(1) != p_before[0] and fallback.group(1) not in _SETUP:
+        return f"{fallback.group(1)} works instead"  # "rg … || find …": the fallback is what ran
     if _has_bare(failed, "(") and not _has_bare(worked, "(") and "(" in worked:
         return "quoting the path works"  # the route-group path is quoted now, whatever else changed
     if flat_before == flat_after:
@@ -269,7 +286,8 @@ def first_line(text: str) -> str:
 
 
 def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[str]:
-    head = shell_head(failed) if failed else (command_head(title) if title else "")
+    head = "Several programs" if title == "Several programs" else \
+        shell_head(failed) if failed else (command_head(title) if title else "")
     program = head.split()[0] if head else ""
     cls = error_class.classify(happened) if happened else error_class.OTHER
     if cls == error_class.TOOL_USE:
@@ -314,6 +332,11 @@ def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[st
     elif cls == error_class.NO_SUCH_FILE:
         situation = f"{head or 'A command'} fails because a path it names does not exist"
     if situation:
+        if head == "Several programs":  # the templates are written for one program
+            situation = re.sub(r"^Several programs (fails|is blocked|runs out|reports)\b",
+                               lambda m: "Several programs " + {"fails": "fail", "is blocked": "are blocked",
+                                                                "runs out": "run out", "reports": "report"}[m.group(1)],
+                               situation).replace("fail on the network or times out", "fail on the network or time out")
         forms.append(f"{situation}; {fix}" if fix else situation)
     # The plain forms: what failed and how, in the output's own words.
     plain: list[str] = []

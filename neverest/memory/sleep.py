@@ -382,12 +382,20 @@ class _Consolidator:
 def merge_pass(store: Store, space: str, changed: set[int], now: datetime, report: SleepReport) -> None:
     """Merge each changed lesson with any other of its kind whose sources mean the same."""
     threshold = join_threshold(space)
+    signatures: dict[str | int, str] | None = None
     for lesson_id in sorted(changed):
         facts = lessons.merge_facts(store.db, lesson_id, space)
         if facts is None or facts.archived or facts.centroid is None:
             continue
         centroid = from_blob(facts.centroid)
         others = lessons.merge_candidates(store.db, facts.kind, lesson_id, space)
+        if facts.kind == "error" and others:
+            # Two error lessons are one theme only when they are about the same mistake (error_signature).
+            if signatures is None:
+                signatures = {key: error_signature(title, happened)
+                              for key, title, happened in episodes.error_fields(store.db) if isinstance(key, int)}
+            mine = signatures.get(lesson_id, "")
+            others = [(other, blob) for other, blob in others if signatures.get(other, "") == mine]
         if not others:
             continue
         scores = np.stack([from_blob(blob) for _, blob in others]) @ centroid
