@@ -137,14 +137,23 @@ def surprise_sentence(text: str) -> str:
     return text[start:end].strip()[:MAX_LINE_CHARS]
 
 
+_SETUP_PROGRAMS: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo"})
+
+
 def _words(command: object) -> list[str]:
-    return [w for segment in error_class.segments(command) for w in segment] if isinstance(command, str | list) \
-        else []
+    """The words of the simple commands that do the work (``cd x &&`` and the like left out: two calls that
+    only share the folder they start from are not two attempts at one thing)."""
+    if not isinstance(command, str | list):
+        return []
+    return [w for segment in error_class.segments(command) if segment and segment[0] not in _SETUP_PROGRAMS
+            for w in segment]
 
 
 def fixes(failed: str | list[str], tried: str | list[str]) -> bool:
-    """Whether the successful command ``tried`` is a second attempt at the failed ``failed``: the
-    same program, or one that shares most of its arguments, and not the very same command."""
+    """Whether the successful command ``tried`` is a second attempt at the failed ``failed``, not the very
+    same command: it shares at least half of the failed one's arguments (whatever its program: ``python3``
+    for ``python``), or, when the failed one had none, runs the same program.  ``ls a`` then ``ls -l b`` is
+    the agent moving on, not what worked."""
     if failed == tried:
         return False
     before, after = _words(failed), _words(tried)
@@ -152,10 +161,16 @@ def fixes(failed: str | list[str], tried: str | list[str]) -> bool:
         return False
     if before == after:
         return True  # the same words once the shell has read them: the quoting changed
-    if program_of(failed) and program_of(failed) == program_of(tried):
-        return True
-    args = {w for w in before[1:] if not w.startswith("-") and len(w) > 1}
-    return bool(args) and len(args & set(after)) * 2 >= len(args)
+    args = _arguments(before[1:])
+    if not args:
+        return bool(program_of(failed)) and program_of(failed) == program_of(tried)
+    return len(args & _arguments(after)) * 2 >= len(args)
+
+
+def _arguments(words: list[str]) -> set[str]:
+    """Arguments compared across two attempts: redirections left out, and a flag without its dashes or
+    slash ("/change" and "-change" are the same wish in two syntaxes)."""
+    return {w.lstrip("-/") for w in words if len(w.lstrip("-/")) > 1 and not re.search(r"[<>|&]", w)}
 
 
 class Detector:
