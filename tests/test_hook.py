@@ -330,12 +330,18 @@ def test_a_failed_tool_call_is_stored_at_once_without_a_daemon(home: Path) -> No
     assert call(home, ok)[:2] == (0, "")
     assert _errors(home) == []
     assert call(home, FAILED)[:2] == (0, "")
-    expected = ("Bash: pytest", "ImportError: cannot import name 'x'", "claude-code", GIVEN, PROJECT)
+    expected = ("Bash: pytest (missing dependency)", "ImportError: cannot import name 'x'", "claude-code", GIVEN,
+                PROJECT)
     assert _errors(home) == [expected]
     assert call(home, FAILED)[:2] == (0, "")  # told twice, stored once
     failure = payload("PostToolUseFailure", tool_name="Read", tool_input={"file_path": "/x"}, error="File not found")
     assert call(home, failure)[:2] == (0, "")
-    assert _errors(home)[1][:2] == ("Read", "File not found")
+    assert _errors(home)[1][:2] == ("Read (no such file)", "File not found")
+    # An exit that is an answer is no failure, as the session reader has it: grep found nothing.
+    quiet = payload("PostToolUse", tool_name="Bash", tool_input={"command": "grep -r TODO src"},
+                    tool_response={"stdout": "", "stderr": "", "exit_code": 1})
+    assert call(home, quiet)[:2] == (0, "")
+    assert len(_errors(home)) == 2
 
 
 def test_a_failed_tool_call_goes_through_the_running_daemon(home: Path) -> None:
@@ -353,7 +359,8 @@ def test_a_failed_tool_call_goes_through_the_running_daemon(home: Path) -> None:
         proc.terminate()
         proc.wait(10)
     assert (done.returncode, done.stdout) == (0, b"")
-    assert _errors(home) == [("Bash: pytest", "ImportError: cannot import name 'x'", "claude-code", GIVEN, PROJECT)]
+    assert _errors(home) == [("Bash: pytest (missing dependency)", "ImportError: cannot import name 'x'", "claude-code",
+                              GIVEN, PROJECT)]
     # The daemon stored it: this process never loaded the ingest function (nor numpy).
     imported = done.stderr.decode()
     assert "neverest.memory.queries.injections" in imported

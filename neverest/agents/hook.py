@@ -67,7 +67,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Final
 
+from neverest.agents.detect import first_meaningful_line
 from neverest.agents.moments import Call, bears_on_call, lesson_situation
+from neverest.agents.transcripts import clean
+from neverest.memory import error_class
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
 from neverest.memory.scrub import shown
@@ -266,11 +269,14 @@ def failure(payload: dict[str, Any]) -> str | None:
     code = _exit_code(response)
     if response.get("is_error") is not True and response.get("isError") is not True and not code:
         return None
-    for key in ("stderr", "error", "content", "stdout", "output"):
-        value = response.get(key)
-        if isinstance(value, str) and value.strip():
-            return value[:MAX_QUERY_CHARS]
-    return f"exit code {code}" if code else "the tool reported an error"
+    text = next((value[:MAX_QUERY_CHARS] for value in (response.get(key) for key in
+                                                        ("stderr", "error", "content", "stdout", "output"))
+                 if isinstance(value, str) and value.strip()), "")
+    # An exit that is an answer (grep finding nothing, "nothing to commit") is no failure: the session
+    # reader's rule (error_class.benign_exit), so both doors store the same errors.
+    if error_class.benign_exit(_command(payload) or None, code, text):
+        return None
+    return text or (f"exit code {code}" if code else "the tool reported an error")
 
 
 _WRAPPERS: Final = frozenset({"sudo", "env", "time", "command", "exec", "nohup", "nice"})
@@ -300,7 +306,10 @@ def error_event(payload: dict[str, Any], error: str, now: datetime) -> dict[str,
     command = tool_input.get("command") if isinstance(tool_input, dict) else None
     command = command if isinstance(command, str) else ""
     name = program(command)
-    event = {"kind": "error", "title": f"{tool}: {name}" if name else tool, "happened": first_line(error),
+    happened = first_meaningful_line(clean(error)) or first_line(error)
+    cls = error_class.classify(happened)
+    title = (f"{tool}: {name}" if name else tool) + (f" ({cls})" if cls != error_class.OTHER else "")
+    event = {"kind": "error", "title": title, "happened": happened,
              "agent": AGENT, "session": _text(payload.get("session_id"), SESSION_MAX_CHARS),
              "cwd": _text(payload.get("cwd"), 4096), "at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
     if command:
