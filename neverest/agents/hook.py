@@ -67,10 +67,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Final
 
-from neverest.agents.detect import first_meaningful_line
 from neverest.agents.moments import Call, bears_on_call, lesson_situation
-from neverest.agents.transcripts import clean
-from neverest.memory import error_class
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
 from neverest.memory.scrub import shown
@@ -273,7 +270,10 @@ def failure(payload: dict[str, Any]) -> str | None:
                                                         ("stderr", "error", "content", "stdout", "output"))
                  if isinstance(value, str) and value.strip()), "")
     # An exit that is an answer (grep finding nothing, "nothing to commit") is no failure: the session
-    # reader's rule (error_class.benign_exit), so both doors store the same errors.
+    # reader's rule (error_class.benign_exit), so both doors store the same errors.  Imported here: only a
+    # failed call pays for the session reader's modules (a third of the hook's import time).
+    from neverest.memory import error_class
+
     if error_class.benign_exit(_command(payload) or None, code, text):
         return None
     return text or (f"exit code {code}" if code else "the tool reported an error")
@@ -305,6 +305,10 @@ def error_event(payload: dict[str, Any], error: str, now: datetime) -> dict[str,
     tool_input = payload.get("tool_input")
     command = tool_input.get("command") if isinstance(tool_input, dict) else None
     command = command if isinstance(command, str) else ""
+    from neverest.agents.detect import first_meaningful_line
+    from neverest.agents.transcripts import clean
+    from neverest.memory import error_class
+
     name = program(command)
     happened = first_meaningful_line(clean(error)) or first_line(error)
     cls = error_class.classify(happened)
@@ -401,9 +405,12 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: No
     below: list[tuple[float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
+        text = row.text.lower()
+        if sum(1 for term in terms if term in text) < MIN_SHARED_TERMS:
+            continue  # the cheap test first (a word found is at least a substring): most lessons share none
         shared = len(terms & set(key_terms(row.text)))
         if shared < MIN_SHARED_TERMS:
-            continue  # the cheaper test first: most lessons share no key term with the query
+            continue
         lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
         cosine = dot(vector, lesson)
         if cosine >= MIN_COSINE:
