@@ -255,8 +255,11 @@ def error_fields(db: sqlite3.Connection) -> list[tuple[str | int, str, str]]:
     waiting = [(str(r[0]), str(r[1]), str(r[2])) for r in db.execute(
         "SELECT id, title, happened FROM episodes WHERE kind = 'error' AND pending = 0 AND lesson_id IS NULL "
         "AND archived = 0")]
-    sources = [(int(r[0]), str(r[1]), str(r[2])) for r in db.execute(
-        "SELECT e.lesson_id, e.title, e.happened FROM episodes e JOIN lessons l ON l.id = e.lesson_id "
-        "WHERE e.kind = 'error' AND l.archived = 0 AND l.origin = '' AND e.at = "
-        "(SELECT max(at) FROM episodes WHERE lesson_id = e.lesson_id AND kind = 'error') GROUP BY e.lesson_id")]
-    return [*waiting, *sources]
+    # One scan of the error episodes in time order (no index on lesson_id: a correlated look-up per row
+    # would cost a scan each); the newest source of each lesson wins.
+    newest: dict[int, tuple[int, str, str]] = {}
+    for r in db.execute(
+            "SELECT e.lesson_id, e.title, e.happened FROM episodes e JOIN lessons l ON l.id = e.lesson_id "
+            "WHERE e.kind = 'error' AND l.archived = 0 AND l.origin = '' ORDER BY e.at, e.id"):
+        newest[int(r[0])] = (int(r[0]), str(r[1]), str(r[2]))
+    return [*waiting, *newest.values()]
