@@ -39,3 +39,17 @@ def test_a_lesson_is_given_for_its_own_moment_only(lesson: str, command: str, gi
 def test_traits_read_outside_quotes() -> None:
     assert command_traits("ls app/(group)/x") == {"unquoted path holding `(`"}
     assert command_traits('ls "app/(group)/x"') == set()
+
+
+def test_before_a_call_one_lesson_a_situation_the_strongest() -> None:
+    from neverest.agents.hook import rank
+    from neverest.memory.queries.injections import Candidate
+
+    def lesson(digest: str, text: str, strength: float) -> Candidate:
+        return Candidate(digest, "correction", text, "/src/app", strength, "", "", None)
+
+    rows = [lesson("a" * 32, "The person stopped the agent while it ran powershell.exe", 1.0),
+            lesson("b" * 32, "The person refused to let the agent run powershell.exe", 3.0),
+            lesson("c" * 32, PUSH, 2.0)]
+    payload = {"tool_name": "Bash", "tool_input": {"command": "powershell.exe -Command whoami"}, "cwd": "/src/app"}
+    assert [g[0].hash[0] for g in rank("PreToolUse", rows, payload)] == ["b"]

@@ -385,7 +385,16 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: No
             matched = [(dot(vector, hashed(g[0].text)), g) for g in groups
                        if (g[0].kind == "correction" or (g[0].kind == "error" and _holds_here(g, cwd)))
                        and bears_on_call(g[0].text, call)]
-            return [g for _, g in sorted(matched, key=lambda item: -item[0])]
+            # One lesson a situation: two corrections about the same program say one thing twice.
+            chosen: list[list[q.Candidate]] = []
+            situations: set[tuple[str, str, frozenset[str]]] = set()
+            for _, group in sorted(matched, key=lambda item: (-max(r.strength for r in item[1]), -item[0])):
+                kind, keys = lesson_situation(group[0].text)
+                situation = (group[0].kind, kind, frozenset(keys))
+                if kind == "words" or situation not in situations:
+                    situations.add(situation)
+                    chosen.append(group)
+            return chosen
         # Another tool (Read, Edit, WebFetch…): only the lessons that name it ("Read fails: …").
         tool = Call(_text(payload.get("tool_name"), 100))
         return [g for g in groups if g[0].kind == "error" and lesson_situation(g[0].text)[0] == "program"
