@@ -10,13 +10,17 @@ or with nothing, and only for the events whose documented output takes ``additio
 (Claude Code's hooks reference, https://code.claude.com/docs/en/hooks, "Decision control" of each
 event).  What each event gets:
 
-- ``SessionStart`` ("``additionalContext``: String added to Claude's context"): the strongest lessons
-  learned in this working directory's project, then general ones;
-- ``UserPromptSubmit`` ("``additionalContext``: String added to Claude's context"): the lessons the prompt
-  bears on (cosine in the hashed space at or above recall's relevance floor, sharing a word with the
-  prompt, as ``neverestctl recall``), and those the last Stop kept for it (below);
+- ``SessionStart`` ("``additionalContext``: String added to Claude's context"): the strongest error lessons
+  learned in this working directory's project, then general ones (a correction waits for the call it is
+  about);
+- ``UserPromptSubmit`` ("``additionalContext``: String added to Claude's context"): the lessons that share
+  ``MIN_SHARED_TERMS`` key terms with the prompt (``neverest.memory.keyterms``) at or above recall's
+  relevance floor in the hashed space, and those the last Stop kept for it (below);
 - ``PreToolUse`` ("``additionalContext``: String added to Claude's context before the tool executes";
-  never ``permissionDecision``): the error lessons the tool call (tool name and command) bears on;
+  never ``permissionDecision``): before a shell call, the error and correction lessons whose moment it is
+  (``moments.py``: the trait or program their sentence names; an error learned here only in its own
+  project; one lesson a situation); before another tool, the error lessons that name that tool.
+  These rules were chosen by ``neverestctl replay`` on the public corpus (docs/sessions.md);
 - ``PostToolUse`` with a failed result (``is_error``, or a non-zero exit code) and ``PostToolUseFailure``:
   an error event stored at once through the one ingest function (by the daemon when it runs), nothing said;
 - ``Stop``: nothing is printed.  The reference gives Stop no ``additionalContext``: its only control is
