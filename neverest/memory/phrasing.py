@@ -285,6 +285,20 @@ def first_line(text: str) -> str:
     return next((line for line in text.splitlines() if line.strip()), "")
 
 
+# The sentence of each class whose situation is the program and the class alone; the subject when no
+# program is known.
+_CLASS_TEMPLATES: Final = {
+    error_class.SANDBOX: ("{head} is blocked by the sandbox: {detail}", "A command"),
+    error_class.PERMISSION: ("{head} fails with permission denied", "A command"),
+    error_class.NETWORK: ("{head} fails on the network or times out: {detail}", "A command"),
+    error_class.OUT_OF_MEMORY: ("{head} runs out of memory", "A command"),
+    error_class.VERSION: ("{head} fails on a version mismatch: {detail}", "A command"),
+    error_class.FAILING_TEST: ("{head} reports failing tests", "The test command"),
+    error_class.TYPE_ERROR: ("{head} fails with a type or compile error", "The build"),
+    error_class.NO_SUCH_FILE: ("{head} fails because a path it names does not exist", "A command"),
+}
+
+
 def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[str]:
     head = "Several programs" if title == "Several programs" else \
         shell_head(failed) if failed else (command_head(title) if title else "")
@@ -315,22 +329,9 @@ def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[st
         module = scrub(found.group(1)) if found else ""
         if module and " " not in module and module != "a path":
             situation = f"{head or 'A command'} fails because the module {module} is not installed"
-    elif cls == error_class.SANDBOX:
-        situation = f"{head or 'A command'} is blocked by the sandbox: {detail}"
-    elif cls == error_class.PERMISSION:
-        situation = f"{head or 'A command'} fails with permission denied"
-    elif cls == error_class.NETWORK:
-        situation = f"{head or 'A command'} fails on the network or times out: {detail}"
-    elif cls == error_class.OUT_OF_MEMORY:
-        situation = f"{head or 'A command'} runs out of memory"
-    elif cls == error_class.VERSION:
-        situation = f"{head or 'A command'} fails on a version mismatch: {detail}"
-    elif cls == error_class.FAILING_TEST:
-        situation = f"{head or 'The test command'} reports failing tests"
-    elif cls == error_class.TYPE_ERROR:
-        situation = f"{head or 'The build'} fails with a type or compile error"
-    elif cls == error_class.NO_SUCH_FILE:
-        situation = f"{head or 'A command'} fails because a path it names does not exist"
+    elif cls in _CLASS_TEMPLATES:
+        template, subject = _CLASS_TEMPLATES[cls]
+        situation = template.format(head=head or subject, detail=detail)
     if situation:
         if head == "Several programs":  # the templates are written for one program
             situation = re.sub(r"^Several programs (fails|is blocked|runs out|reports)\b",
