@@ -6,8 +6,9 @@ call is handed, in order, to the code the Claude Code hook runs (``hook.lessons_
 and the session's events are read by the same detector ``neverestctl ingest`` uses.  Then:
 
 - a **repeat** is an error or correction whose gist joins a lesson this memory had learned before
-  the session began (the consolidation's own test: cosine with the lesson's centroid at or above
-  the join threshold, in the hashed space);
+  the session began (the consolidation's own test: for an error the same mistake,
+  ``phrasing.error_signature``, and for both cosine with the lesson's centroid at or above the join
+  threshold, in the hashed space); an error sent again with what worked is not a second repeat;
 - it is **caught** when that lesson was given earlier in the session (before the repeat), else
   **missed**;
 - an **injection** is a lesson given at some moment; it is **unused** when nothing later in the
@@ -19,12 +20,14 @@ injection catches a repeat when the episode it gave joins the repeat (the same t
 when nothing later in the session does.
 
 Only what the hook would see is used: the person's prompts, the tool calls (name and command) and
-the session's working directory.  Sessions without timestamps are skipped and counted.
+the session's working directory.  Sessions without timestamps are skipped and counted.  Replay cannot
+credit prevention: the replayed agent acts as it did, so a lesson that would have kept a mistake from
+recurring counts as unused.  The memory's lessons are matched in the hashed space only (a configured
+embedding model is not asked).
 """
 
 from __future__ import annotations
 
-import math
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +41,7 @@ from neverest.agents import hook
 from neverest.agents.detect import Detector
 from neverest.agents.ingest import session_files
 from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT, Turn, merge, parse_line, read_complete_lines
-from neverest.clock import FixedClock, iso, parse_time
+from neverest.clock import FixedClock, parse_time
 from neverest.config import Config
 from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, from_blob, join_threshold
 from neverest.memory.events import EventError, parse_event
@@ -371,10 +374,6 @@ def replay(claude: Path | None, codex: Path | None, *, config: Config | None = N
     return report
 
 
-def ratio(a: int, b: int) -> float:
-    return a / b if b else math.nan
-
-
 def table(report: ReplayReport) -> str:
     rows = [("", "memory", "baseline"),
             ("caught", str(report.memory.caught), str(report.baseline.caught)),
@@ -388,4 +387,4 @@ def table(report: ReplayReport) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ReplayReport", "iso", "replay", "table"]
+__all__ = ["ReplayReport", "replay", "table"]
