@@ -47,7 +47,7 @@ import shlex
 from typing import Any, Final
 
 from neverest.agents.transcripts import ToolResult, Turn, program_of
-from neverest.memory import error_class
+from neverest.memory import error_class, shellwords
 
 MAX_OPEN_CALLS: Final = 256
 MAX_SAID_CHARS: Final = 2000
@@ -137,16 +137,12 @@ def surprise_sentence(text: str) -> str:
     return text[start:end].strip()[:MAX_LINE_CHARS]
 
 
-_SETUP_PROGRAMS: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo"})
-
-
 def _words(command: object) -> list[str]:
     """The words of the simple commands that do the work (``cd x &&`` and the like left out: two calls that
     only share the folder they start from are not two attempts at one thing)."""
     if not isinstance(command, str | list):
         return []
-    return [w for segment in error_class.segments(command) if segment and segment[0] not in _SETUP_PROGRAMS
-            for w in segment]
+    return [w for segment in shellwords.working(command) for w in segment]
 
 
 def fixes(failed: str | list[str], tried: str | list[str]) -> bool:

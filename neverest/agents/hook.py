@@ -123,15 +123,6 @@ _FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u20
 # Recall's relevance floor in the hashed space (neverest.memory.recall.HASHED_MIN_COSINE).
 MIN_COSINE: Final = 0.1
 _SPARSE_ENTRY: Final = struct.Struct("<Bf")
-# Words too common to show that a text bears on another: recall's word check counts any shared word,
-# but a hook that spoke up whenever a prompt and a lesson share "the" would be noise in every session.
-_FILLER: Final = frozenset(
-    "a an the and or but if then else of to in on at by for with from into onto as is are was were be been being "
-    "it its this that these those there here i you he she we they me my your our their them us do does did done "
-    "not no yes can could should would will shall may might must have has had so than too very just also again "
-    "what which who whom whose when where why how all any some each every more most other such only own same "
-    "please now up down out over under about after before while".split())
-
 Vector = dict[int, float]
 Notes = list[str] | None  # the explanation being gathered (--explain); None when nobody asked
 

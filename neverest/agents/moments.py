@@ -21,15 +21,14 @@ Standard library only: the hook imports this on every tool call.
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Final
+
+from neverest.memory import shellwords
+from neverest.memory.keyterms import GENERIC
 
 _PAREN_TRAIT: Final = "unquoted path holding `(`"
 _GLOB_TRAIT: Final = "unquoted glob or bracket"
 _SCRIPT_TRAIT: Final = "Shell scripts here"
-_SEPARATORS: Final = frozenset({"&&", "||", ";", "|", "&"})
-_WRAPPERS: Final = frozenset({"sudo", "env", "time", "command", "exec", "nohup", "nice", "(", "{"})
-_SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo"})
 # Lesson sentences that name a program, as the templates write them.
 _NAMES_PROGRAM: Final = (
     re.compile(r"^([\w.+-]+(?: [a-z][\w-]*)?) (?:fails|is blocked|runs out|reports|hangs|needs|requires|exits|"
@@ -41,46 +40,27 @@ _NAMES_PROGRAM: Final = (
     re.compile(r"^The person wanted (?:the agent to use )?(?:[\w.+-]+) rather than ([\w.+-]+)$"),
 )
 _KEY: Final = re.compile(r"[A-Za-z][\w.+-]{2,}")
-_FILLER: Final = frozenset(
-    "the and for with from into that this when then than fails failed error errors works work here there not "
-    "was were are has have had does did done its into onto also only just more most some any all each every "
-    "project person agent shell command commands path paths file files folder run runs ran use used wanted "
-    "rather instead such holding while because installed found exist exists".split())
-
-
-def _words(command: str) -> list[str]:
-    try:
-        return shlex.split(command[:2000], comments=True)
-    except ValueError:
-        return command[:2000].split()
+# The words of a query that say nothing of its subject (keyterms.GENERIC), and the words the lesson
+# templates themselves are written in.
+_FILLER: Final = GENERIC | frozenset(
+    "works here there project person agent shell command commands path paths file files folder ran wanted rather "
+    "instead holding because installed exist exists".split())
 
 
 def command_programs(command: str) -> list[tuple[str, str]]:
     """(program, first argument) of each simple command of a shell line that does work."""
-    out: list[tuple[str, str]] = []
-    segment: list[str] = []
-    for word in [*_words(command), ";"]:
-        if word not in _SEPARATORS:
-            segment.append(word)
-            continue
-        words = [w for w in segment if w not in _WRAPPERS and "=" not in w.split("/", 1)[0]]
-        if words and words[0] not in _SETUP:
-            program = words[0].rsplit("/", 1)[-1]
-            argument = next((w for w in words[1:] if not w.startswith("-")), "")
-            out.append((program, argument))
-        segment = []
-    return out
+    return [(found[0].rsplit("/", 1)[-1], next((w for w in found[1:] if not w.startswith("-")), ""))
+            for found in shellwords.working(command)]
 
 
 def command_traits(command: str) -> set[str]:
     """The traits a lesson may name, as this command has them."""
-    bare = re.sub(r"'[^']*'|\"[^\"]*\"|\\.", " ", command)  # what stands outside quotes and escapes
     traits = set()
-    if any("(" in w and ("/" in w or w.startswith("(")) and not w.startswith("$(") for w in bare.split()):
+    if shellwords.bare_paren_path(command):
         traits.add(_PAREN_TRAIT)
-    if any(ch in w for w in bare.split() for ch in "[]*?") and not bare.lstrip().startswith(("[", "test ")):
+    if shellwords.bare_glob(command) and not command.lstrip().startswith(("[", "test ")):
         traits.add(_GLOB_TRAIT)
-    if any(w.endswith(".sh") for w in _words(command)):
+    if any(w.endswith(".sh") for w in shellwords.words(command)):
         traits.add(_SCRIPT_TRAIT)
     return traits
 

@@ -220,12 +220,13 @@ def _own_lessons(memory: Memory) -> list[_Lesson]:
                                                                                            HASHED_SPACE)]
 
 
-def _vector(event: dict[str, Any], now: datetime) -> tuple[str, np.ndarray] | None:
+def _vector(event: dict[str, Any], now: datetime, embedder: HashedEmbedder) -> tuple[str, np.ndarray] | None:
+    """The event's kind and its gist's vector, as the store would hold them."""
     try:
         parsed = parse_event(event, now=now + timedelta(days=1))
     except EventError:
         return None
-    return parsed.kind, HashedEmbedder().embed([parsed.gist])[0]
+    return parsed.kind, embedder.embed([parsed.gist])[0]
 
 
 class Replay:
@@ -233,6 +234,11 @@ class Replay:
         self.memory, self.home, self.clock, self.report = memory, home, clock, report
         self.threshold = join_threshold(HASHED_SPACE)
         self.embedder = HashedEmbedder()
+        # The lessons only change at night: read once after each (``slept``), not once a session.
+        self._lessons: list[_Lesson] | None = None
+
+    def slept(self) -> None:
+        self._lessons = None
 
     def _episodes(self) -> tuple[list[str], list[str], np.ndarray]:
         rows = episode_queries.vectors(self.memory.store.db, HASHED_SPACE)
@@ -242,7 +248,9 @@ class Replay:
                 np.stack([from_blob(r[2]) for r in rows]))
 
     def session(self, s: Session) -> None:
-        lessons = _own_lessons(self.memory)
+        if self._lessons is None:
+            self._lessons = _own_lessons(self.memory)
+        lessons = self._lessons
         by_kind = {kind: [lesson for lesson in lessons if lesson.kind == kind] for kind in REPEAT_KINDS}
         ids, kinds, matrix = self._episodes()
         given: list[tuple[int, str]] = []  # (seq, lesson hash)
@@ -258,7 +266,7 @@ class Replay:
                 events.append(moment.found)
                 if "worked" in moment.found:
                     continue  # the same error sent again with what worked: not a second repeat
-                found = _vector(moment.found, moment.at)
+                found = _vector(moment.found, moment.at, self.embedder)
                 if found is None or found[0] not in REPEAT_KINDS:
                     continue
                 kind, vector = found
@@ -366,6 +374,7 @@ def replay(claude: Path | None, codex: Path | None, *, config: Config | None = N
                 for night in _nights(last, s.start):
                     clock.set(night)
                     memory.night()
+                    run.slept()
                     report.days += 1
                 run.session(s)
                 last = max(last, s.moments[-1].at)

@@ -19,8 +19,9 @@ commit`` when there is nothing to commit, ``which``/``command -v`` when a progra
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Final
+
+from neverest.memory import shellwords
 
 COMMAND_NOT_FOUND: Final = "command not found"
 NO_SUCH_FILE: Final = "no such file"
@@ -108,42 +109,10 @@ _GREPS: Final = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "zgrep",
 _COMPARES: Final = frozenset({"diff", "cmp", "comm"})
 _TESTS: Final = frozenset({"test", "[", "[[", "false"})
 _LOOKUPS: Final = frozenset({"which", "type", "command", "hash", "whereis"})
-_SEPARATORS: Final = frozenset({"&&", "||", ";", "|", "&"})
 _SHELL_TROUBLE: Final = re.compile(r"no matches found|syntax error|command not found|no such file|permission denied|"
                                    r"unrecognized|invalid|\berror\b", re.IGNORECASE)
 _NOTHING_TO_COMMIT: Final = re.compile(r"nothing to commit|no changes added to commit|nothing added to commit",
                                        re.IGNORECASE)
-
-
-def _words(command: str | list[str]) -> list[str]:
-    if isinstance(command, list):
-        words = [w for w in command if isinstance(w, str)]
-        if len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and words[1] in ("-c", "-lc"):
-            return _words(words[2])
-        return words
-    try:
-        return shlex.split(command[:2000], comments=True)
-    except ValueError:
-        return command[:2000].split()
-
-
-def segments(command: str | list[str]) -> list[list[str]]:
-    """The simple commands of a shell line, split at ``&& || ; | &``."""
-    out: list[list[str]] = [[]]
-    for word in _words(command):
-        if word in _SEPARATORS:
-            out.append([])
-        else:
-            out[-1].append(word)
-    return [segment for segment in out if segment]
-
-
-def _program(segment: list[str]) -> str:
-    for word in segment:
-        if word in ("sudo", "env", "time", "nohup", "exec", "(", "{") or "=" in word.split("/", 1)[0]:
-            continue
-        return word.rsplit("/", 1)[-1]
-    return ""
 
 
 def benign_exit(command: str | list[str] | None, code: int | None, output: str) -> bool:
@@ -153,14 +122,14 @@ def benign_exit(command: str | list[str] | None, code: int | None, output: str) 
         return True
     if command is None or code != 1:
         return False
-    parts = segments(command)
+    parts = shellwords.segments(command)
     if not parts:
         return False
     last = parts[-1]
-    program = _program(last)
+    program = shellwords.program(last)
     if _SHELL_TROUBLE.search(output[:4000]):
         return False  # the shell or the program said what went wrong: not a quiet "no"
-    if program in _GREPS | _COMPARES | _TESTS | _LOOKUPS:
+    if program in _GREPS | _COMPARES | _TESTS | _LOOKUPS or "command" in last[:2]:  # `command -v x`: a look-up
         return True
     if program == "git" and len(last) > 1:
         rest = last[1:]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from neverest.memory import error_class
+from neverest.memory import error_class, shellwords
 from neverest.memory.scrub import meaningful, scrub
 from neverest.safety import imperative_reason
 
@@ -173,31 +173,19 @@ _MISSING_PROGRAMS: Final = tuple(re.compile(p, re.I) for p in (
     r"command not found:\s*([\w.+-]+)", r"linker [`'\"]?([\w.+-]+)[`'\"]? not found", r"'([\w.+-]+)' is not recognized",
     r"([\w.+-]+): (?:command )?not found"))
 _CRLF: Final = re.compile(r"\$'\\r'|\\r': command not found|\w\\r['’]")
-_SETUP: Final = frozenset({"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "echo", "sleep"})
 _MISSING_MODULE: Final = re.compile(r"(?:no module named|cannot find module|cannot find package|module not found:?"
                                     r"(?: error:)?(?: can'?t resolve)?)\s*['\"`]?([@\w./-]{1,60}?)['\"`]?(?:\s|$|,|;)",
                                     re.I)
 
 
-def _unquoted_words(command: str) -> list[str]:
-    """The words of ``command`` that stand outside quotes (a rough split, for traits only)."""
-    return re.sub(r"'[^']*'|\"[^\"]*\"", " ", command).split()
-
-
 def _trait(cls: str, failed: str, happened: str) -> str:
     """What about the failed command the class points at, in words."""
     if cls == error_class.SHELL_SYNTAX and failed:
-        if any("(" in w and ("/" in w or w.startswith("(")) for w in _unquoted_words(failed)):
+        if shellwords.bare_paren_path(failed):
             return "with an unquoted path holding `(` (such as a route group folder)"
-        if any(ch in w for w in _unquoted_words(failed) for ch in "[]*?") and "no matches found" in happened.lower():
+        if shellwords.bare_glob(failed) and "no matches found" in happened.lower():
             return "with an unquoted glob or bracket"
     return ""
-
-
-def _has_bare(command: str, char: str) -> bool:
-    """Whether ``char`` stands in a path-like word outside quotes in ``command``."""
-    return any(char in w and ("/" in w or w.startswith(char)) and not w.startswith("$(")
-               for w in _unquoted_words(command))
 
 
 def _flags(words: list[str]) -> set[str]:
@@ -216,16 +204,16 @@ def what_worked(failed: str, worked: str) -> str:
     if re.search(r"dos2unix|\\r|crlf", worked, re.I) and not re.search(r"dos2unix|\\r|crlf", failed, re.I):
         return "converting the line endings works"
 
-    before, after = error_class.segments(failed), error_class.segments(worked)
+    before, after = shellwords.segments(failed), shellwords.segments(worked)
     flat_before = [w for s in before for w in s]
     flat_after = [w for s in after for w in s]
     p_before, p_after = shell_head(failed).split()[:1], shell_head(worked).split()[:1]
     if p_before and p_after and p_before != p_after:
         return f"{p_after[0]} works instead"
     fallback = re.search(r"\|\|\s*(?:sudo\s+)?([A-Za-z][\w.+-]*)", worked)
-    if p_before and fallback and fallback.group(1) != p_before[0] and fallback.group(1) not in _SETUP:
+    if p_before and fallback and fallback.group(1) != p_before[0] and fallback.group(1) not in shellwords.SETUP:
         return f"{fallback.group(1)} works instead"  # "rg … || find …": the fallback is what ran
-    if _has_bare(failed, "(") and not _has_bare(worked, "(") and "(" in worked:
+    if shellwords.bare_paren_path(failed) and not shellwords.bare_paren_path(worked) and "(" in worked:
         return "quoting the path works"  # the route-group path is quoted now, whatever else changed
     if flat_before == flat_after:
         # The same words once the shell has read them: what differs is the quoting.
@@ -249,11 +237,22 @@ def what_worked(failed: str, worked: str) -> str:
 
 def shell_head(command: str) -> str:
     """``command_head`` of the simple command that does the work (past ``cd x &&``, ``export``...)."""
-    for segment in error_class.segments(command):
-        words = [w for w in segment if "=" not in w.split("/", 1)[0] and w not in ("sudo", "env", "time")]
-        if words and words[0] not in _SETUP:
-            return command_head(" ".join(words))
-    return command_head(command)
+    work = shellwords.working(command)
+    return command_head(" ".join(work[0])) if work else command_head(command)
+
+
+def _missing(cls: str, happened: str) -> str:
+    """What a failure of class ``cls`` says is missing: "crlf" for Windows line endings, the program that was
+    not found, the module that is not installed; '' for other classes or when the output does not say."""
+    if cls == error_class.COMMAND_NOT_FOUND:
+        if _CRLF.search(happened):
+            return "crlf"
+        found = next((m for m in (p.search(happened) for p in _MISSING_PROGRAMS) if m), None)
+        return found.group(1) if found else ""
+    if cls == error_class.DEPENDENCY:
+        found = _MISSING_MODULE.search(happened)
+        return found.group(1) if found else ""
+    return ""
 
 
 def error_signature(title: str, happened: str) -> str:
@@ -262,16 +261,7 @@ def error_signature(title: str, happened: str) -> str:
     scrubbing removes left out).  Two "command not found" errors about python and about a script's
     carriage return are two mistakes; one cygpath failure met by ls, npm and ssh is one."""
     cls = error_class.classify(happened) if happened else error_class.OTHER
-    subject = ""
-    if cls == error_class.COMMAND_NOT_FOUND:
-        if _CRLF.search(happened):
-            subject = "crlf"
-        else:
-            found = next((m for m in (p.search(happened) for p in _MISSING_PROGRAMS) if m), None)
-            subject = found.group(1).lower() if found else ""
-    elif cls == error_class.DEPENDENCY:
-        found = _MISSING_MODULE.search(happened)
-        subject = found.group(1).lower() if found else ""
+    subject = _missing(cls, happened).lower()
     if not subject:
         words = re.findall(r"[a-z][a-z'!_-]+", scrub(first_line(happened)).lower())
         subject = " ".join(w for w in words if w not in ("a", "an", "path", "token", "id", "url", "host", "user"))[:60]
@@ -316,17 +306,16 @@ def _error_forms(title: str, happened: str, failed: str, worked: str) -> list[st
         trait = _trait(cls, failed, happened)
         situation = (f"In this project, shell commands {trait} fail with a syntax error" if trait
                      else f"{head or 'A shell command'} fails with a shell syntax error: {detail}")
-    elif cls == error_class.COMMAND_NOT_FOUND and _CRLF.search(happened):
+    elif cls == error_class.COMMAND_NOT_FOUND and _missing(cls, happened) == "crlf":
         situation = ("Shell scripts here have Windows line endings, so bash fails on them with "
                      "$'\\r': command not found")
     elif cls == error_class.COMMAND_NOT_FOUND:
-        found = next((m for m in (p.search(happened) for p in _MISSING_PROGRAMS) if m), None)
-        missing = found.group(1) if found else program
+        missing = _missing(cls, happened) or program
         missing = scrub(missing) if missing else ""
         situation = f"{missing} is not installed here (command not found)" if missing else ""
     elif cls == error_class.DEPENDENCY:
-        found = _MISSING_MODULE.search(happened)
-        module = scrub(found.group(1)) if found else ""
+        module = _missing(cls, happened)
+        module = scrub(module) if module else ""
         if module and " " not in module and module != "a path":
             situation = f"{head or 'A command'} fails because the module {module} is not installed"
     elif cls in _CLASS_TEMPLATES:

@@ -379,10 +379,11 @@ class _Consolidator:
 # -- 4. merge -------------------------------------------------------------------------
 
 
-def merge_pass(store: Store, space: str, changed: set[int], now: datetime, report: SleepReport) -> None:
-    """Merge each changed lesson with any other of its kind whose sources mean the same."""
+def merge_pass(store: Store, space: str, changed: set[int], now: datetime, report: SleepReport,
+               signatures: dict[str | int, str] | None = None) -> None:
+    """Merge each changed lesson with any other of its kind whose sources mean the same.  ``signatures``:
+    the error lessons' ``error_signature`` as the consolidation knew them (read from the store when None)."""
     threshold = join_threshold(space)
-    signatures: dict[str | int, str] | None = None
     for lesson_id in sorted(changed):
         facts = lessons.merge_facts(store.db, lesson_id, space)
         if facts is None or facts.archived or facts.centroid is None:
@@ -519,8 +520,9 @@ def sleep(store: Store, *, now: datetime, embedder: Embedder, config: Config,
     report.embedded = embed_pass(store, embedder)
     space = report.space = embedder.space  # after the pass: a model may have failed during it
     decay_pass(store, now, config, report)
-    changed = _Consolidator(store, space, now, config, writer, embedder, report).run()
-    merge_pass(store, space, changed, now, report)
+    consolidator = _Consolidator(store, space, now, config, writer, embedder, report)
+    changed = consolidator.run()
+    merge_pass(store, space, changed, now, report, consolidator.signatures or None)
     embed_rows(store, embedder, "lessons")  # sentences a failing model left unembedded tonight
     verify_pass(store, space, now, config, report)
     predict_pass(store, space, now, config, report)
