@@ -389,11 +389,18 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: No
                 if kind == "words" or situation not in situations:
                     situations.add(situation)
                     chosen.append(group)
+            if notes is not None:
+                notes.append(f"{len(chosen)} of {len(groups)} lesson(s) are about this call's moment (the trait or "
+                             "program their sentence names, else two key words; an error only in its own project)")
+                notes.extend(f"  about this call: {_about(g)}" for g in chosen[:5])
             return chosen
         # Another tool (Read, Edit, WebFetch…): only the lessons that name it ("Read fails: …").
         tool = Call(_text(payload.get("tool_name"), 100))
-        return [g for g in groups if g[0].kind == "error" and lesson_situation(g[0].text)[0] == "program"
-                and bears_on_call(g[0].text, tool)]
+        named = [g for g in groups if g[0].kind == "error" and lesson_situation(g[0].text)[0] == "program"
+                 and bears_on_call(g[0].text, tool)]
+        if notes is not None:
+            notes.append(f"{len(named)} error lesson(s) name the tool {tool.programs[0][0] if tool.programs else '-'}")
+        return named
     else:
         query = hand_back(payload)
     vector = hashed(query)
