@@ -7,7 +7,7 @@ trap 'rm -rf "$work"' EXIT
 shared=$work/shared project=$work/project
 mkdir -p "$project"
 ctl() { local who=$1; shift; neverestctl --home "$work/$who" "$@"; }
-# Five brand-new memories have tested nothing yet, so the default trust policy ("vouched") would count
+# Five brand-new memories have tested nothing yet, so the default trust policy ("earned") would count
 # nobody's support; this walkthrough shows the states move, so it counts every origin (and says so).
 export NEVEREST_TRUST=any
 for m in A B C D E; do ctl $m init >/dev/null; done

@@ -110,7 +110,7 @@ class Config:
     peers: tuple[str, ...] = ()  # static peer URLs, always known: ["http://192.0.2.7:7428", ...]
     directory: str = ""  # a URL or a file listing peers ("" = none)
     directory_every_s: float = 300.0
-    # The HTTP commons (PROTOCOL.md §14): pushed to and pulled from after every sleep when set.
+    # The HTTP commons (PROTOCOL.md §13): pushed to and pulled from after every sleep when set.
     commons_url: str = ""
     commons_token_file: str = ""
     commons_announce: str = ""  # this daemon's URL for peers, announced to the commons' directory ("" = don't)

@@ -1,4 +1,4 @@
-"""Detectors: the turns of a session become events (PROTOCOL.md §0), by simple, documented rules.
+"""Detectors: the turns of a session become events (PROTOCOL.md §6), by simple, documented rules.
 
 The rules read English only (a correction or surprise said in another language is not
 detected; errors are detected whatever the language, from the result's flag or exit code).

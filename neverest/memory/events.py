@@ -1,6 +1,6 @@
 """Events: how agents report what surprised them, and the one function that stores them.
 
-An event is one JSON object (PROTOCOL.md §0); each valid event becomes one row of
+An event is one JSON object (PROTOCOL.md §6); each valid event becomes one row of
 ``episodes``.  Every door into the memory (``neverestctl remember``, the inbox file,
 the daemon's control endpoint) goes through ``ingest`` or ``ingest_lines`` here, so
 an event means the same thing whichever way it arrives.

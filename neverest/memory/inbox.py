@@ -2,7 +2,7 @@
 
 Protocol for writers (agents, hooks, scripts)
 ---------------------------------------------
-- Append one event per line: one JSON object (PROTOCOL.md §0), UTF-8, ending in ``\\n``,
+- Append one event per line: one JSON object (PROTOCOL.md §6), UTF-8, ending in ``\\n``,
   at most ``MAX_EVENT_BYTES`` (1 MiB) including nothing but the object.
 - Open the file by path with ``O_WRONLY | O_APPEND | O_CREAT`` (mode 0600) and write each
   whole line, newline included, with ONE ``write()`` call; then close it.  O_APPEND makes

@@ -285,7 +285,7 @@ END
 # which cost about a fifth of receiving a record.  Deletes still go through the trigger.
 _SCHEMA_V6: Final = "DROP TRIGGER records_usage_in"
 
-# Version 7: what an episode read from a session adds (PROTOCOL.md §0): ``worked``, the call that
+# Version 7: what an episode read from a session adds (PROTOCOL.md §6): ``worked``, the call that
 # succeeded after a failed one, and ``reaction``, how the person corrected the agent.
 _SCHEMA_V7: Final = """
 ALTER TABLE episodes ADD COLUMN worked TEXT NOT NULL DEFAULT '';

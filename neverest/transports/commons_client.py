@@ -1,7 +1,7 @@
 """The HTTP commons, client side: push this memory's file, pull everyone else's.
 
 The commons keeps one signed file per memory and checks only who wrote it; every
-record pulled still goes through the one receive function here (PROTOCOL.md §14).
+record pulled still goes through the one receive function here (PROTOCOL.md §13).
 
 - ``push``: ``PUT /commons/<origin>.jsonl`` with this memory's current records, the
   newest that fit the commons' limits (1 000 records, 256 KiB).  The request is
