@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Five memories A-E share one folder: the sharing walkthrough of the README, end to end.
+# Five memories A-E share one folder, end to end (README, "Your first lessons"; docs/reference.md, "Sharing").
 # Everything happens in a temporary folder, removed at the end.  Needs neverestctl on PATH.
 set -euo pipefail
 work=$(mktemp -d)
