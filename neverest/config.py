@@ -2,8 +2,17 @@
 
 Values come, in order of precedence, from command-line flags, then the
 environment (``NEVEREST_<FIELD>`` in upper case; a list like ``peers`` is
-comma-separated there), then ``config.toml`` in the home, then the defaults
-below.  Every duration and size carries its unit in its name.  Commands map their
+comma-separated there), then ``config.toml`` in the home, then the chosen
+``profile``'s defaults (``PROFILES``: ``lan``, the default, ``wan`` or ``local``, after
+memberlist's DefaultLANConfig/DefaultWANConfig/DefaultLocalConfig), then the defaults
+below.
+
+The keys are flat (``gossip_every_s``), as the person writes them; the code reads them in
+sections (``config.sections.gossip.every_s``): each part of Neverest is handed the section it
+needs (the store, the models, sleep, trust, the received-records budget, gossip, discovery,
+the agents' doors, the daemon) and cannot reach the others'.
+
+Every duration and size carries its unit in its name.  Commands map their
 flags onto these fields; they never repeat defaults.  ``docs/config.example.toml``
 lists every field with its default (a test keeps the two equal).
 """
@@ -11,12 +20,13 @@ lists every field with its default (a test keeps the two equal).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import urlsplit
 
 from neverest.logs import parse_level
@@ -29,6 +39,8 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Config:
+    # Which defaults the settings below start from (PROFILES): "lan", "wan" or "local".
+    profile: str = "lan"
     # The store: how long a writer waits for another process's lock.
     busy_timeout_s: float = 5.0
     # Optional local models behind OpenAI-compatible URLs (e.g. http://127.0.0.1:11434/v1).
@@ -126,6 +138,185 @@ class Config:
     holdout: float = 0.5
 
 
+    @functools.cached_property
+    def sections(self) -> Sections:
+        """The settings grouped by the part of Neverest that reads them."""
+        return Sections(
+            store=StoreSection(busy_timeout_s=self.busy_timeout_s),
+            models=ModelSection(embed_url=self.embed_url, embed_model=self.embed_model, writer_url=self.writer_url,
+                                writer_model=self.writer_model, timeout_s=self.model_timeout_s),
+            sleep=SleepSection(at=self.sleep_at, decay_half_life_days=self.decay_half_life_days,
+                               archive_below=self.archive_below, prediction_window_days=self.prediction_window_days,
+                               predict_min_strength=self.predict_min_strength,
+                               lesson_initial_strength=self.lesson_initial_strength, join_step=self.join_step,
+                               confirm_step=self.confirm_step, fail_step=self.fail_step,
+                               strength_cap=self.strength_cap),
+            trust=TrustSection(policy=self.trust, allow=_names(self.trust_allow), damping=self.trust_damping,
+                               steps=self.trust_steps, vouch_min_verified=self.vouch_min_verified,
+                               vouch_min_resolved=self.vouch_min_resolved,
+                               quarantine_days=self.vouch_quarantine_days, domain_origins=_names(self.domain_origins),
+                               support_n=self.support_n, window_days=self.window_days,
+                               revoke_quorum=self.revoke_quorum, future_tolerance_s=self.future_tolerance_s),
+            budget=BudgetSection(received_bytes=self.received_budget_bytes,
+                                 origin_bytes=self.received_origin_budget_bytes,
+                                 peer_bytes=self.received_peer_budget_bytes,
+                                 exchange_bytes=self.received_exchange_budget_bytes,
+                                 declined_remember_s=self.declined_remember_s,
+                                 refute_origin_max=self.refute_origin_max, verify_processes=self.verify_processes),
+            gossip=GossipSection(listen=self.listen, every_s=self.gossip_every_s,
+                                 quiet_every_s=self.gossip_quiet_every_s, fanout=self.fanout,
+                                 budget_bytes=self.gossip_budget_bytes, exchange_timeout_s=self.exchange_timeout_s,
+                                 cutoff_after=self.gossip_cutoff_after, cutoff_s=self.gossip_cutoff_s,
+                                 future_tolerance_s=self.future_tolerance_s),
+            discovery=DiscoverySection(mdns=self.mdns, mdns_interfaces=_names(self.mdns_interfaces),
+                                       peers=self.peers, directory=self.directory,
+                                       directory_every_s=self.directory_every_s, commons_url=self.commons_url,
+                                       commons_token_file=self.commons_token_file,
+                                       commons_announce=self.commons_announce),
+            agents=AgentsSection(wired=self.agents, ingest_every_s=self.ingest_every_s, claude_dir=self.claude_dir,
+                                 codex_dir=self.codex_dir, holdout=self.holdout),
+            daemon=DaemonSection(inbox_every_s=self.inbox_every_s, folder=self.folder,
+                                 control_timeout_s=self.control_timeout_s, log_json=self.log_json,
+                                 log_level=self.log_level, log_file=self.log_file),
+        )
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated setting (``trust_allow``, ``domain_origins``, ``mdns_interfaces``) as its items."""
+    return tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+
+
+# -- The sections.  Field names drop the section's prefix; each line says which key it comes from when
+# that is not "<section>_<field>" or "<field>".
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSection:
+    busy_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSection:
+    embed_url: str
+    embed_model: str
+    writer_url: str
+    writer_model: str
+    timeout_s: float  # model_timeout_s
+
+
+@dataclass(frozen=True, slots=True)
+class SleepSection:
+    at: str  # sleep_at
+    decay_half_life_days: float
+    archive_below: float
+    prediction_window_days: float
+    predict_min_strength: float
+    lesson_initial_strength: float
+    join_step: float
+    confirm_step: float
+    fail_step: float
+    strength_cap: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrustSection:
+    policy: str  # trust
+    allow: tuple[str, ...]  # trust_allow
+    damping: float  # trust_damping
+    steps: int  # trust_steps
+    vouch_min_verified: int
+    vouch_min_resolved: int
+    quarantine_days: float  # vouch_quarantine_days
+    domain_origins: tuple[str, ...]
+    support_n: int
+    window_days: float
+    revoke_quorum: int
+    future_tolerance_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSection:
+    received_bytes: int  # received_budget_bytes
+    origin_bytes: int  # received_origin_budget_bytes
+    peer_bytes: int  # received_peer_budget_bytes
+    exchange_bytes: int  # received_exchange_budget_bytes
+    declined_remember_s: float
+    refute_origin_max: int
+    verify_processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GossipSection:
+    listen: str
+    every_s: float  # gossip_every_s
+    quiet_every_s: float  # gossip_quiet_every_s
+    fanout: int
+    budget_bytes: int  # gossip_budget_bytes
+    exchange_timeout_s: float
+    cutoff_after: int  # gossip_cutoff_after
+    cutoff_s: float  # gossip_cutoff_s
+    future_tolerance_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoverySection:
+    mdns: bool
+    mdns_interfaces: tuple[str, ...]  # () = every interface
+    peers: tuple[str, ...]
+    directory: str
+    directory_every_s: float
+    commons_url: str
+    commons_token_file: str
+    commons_announce: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsSection:
+    wired: tuple[str, ...]  # agents
+    ingest_every_s: float
+    claude_dir: str
+    codex_dir: str
+    holdout: float
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSection:
+    inbox_every_s: float
+    folder: str
+    control_timeout_s: float
+    log_json: bool
+    log_level: str
+    log_file: str
+
+
+class Sections(NamedTuple):
+    store: StoreSection
+    models: ModelSection
+    sleep: SleepSection
+    trust: TrustSection
+    budget: BudgetSection
+    gossip: GossipSection
+    discovery: DiscoverySection
+    agents: AgentsSection
+    daemon: DaemonSection
+
+
+# Profiles, after memberlist's LAN/WAN/local configurations: the defaults a setting takes when config.toml,
+# the environment and the flags leave it unset.
+PROFILES: Final[dict[str, dict[str, Any]]] = {
+    # Memories on one local network: zeroconf finds peers, a round every 15 minutes (the defaults above).
+    "lan": {},
+    # Memories across the internet: no multicast to find peers (a directory, a commons or peers added by
+    # hand), longer exchanges over slow links, rarer rounds, and an address cut off for longer.
+    "wan": {"mdns": False, "exchange_timeout_s": 120.0, "gossip_every_s": 1800.0, "gossip_quiet_every_s": 1800.0,
+            "directory_every_s": 900.0, "gossip_cutoff_s": 300.0},
+    # Several memories on one machine (trying Neverest out, a demo): loopback only, zeroconf on loopback,
+    # quick rounds and short timeouts.
+    "local": {"listen": "127.0.0.1:7428", "mdns_interfaces": "127.0.0.1", "gossip_every_s": 10.0,
+              "gossip_quiet_every_s": 300.0, "exchange_timeout_s": 10.0, "directory_every_s": 30.0},
+}
+
+
 _TRUE: Final = ("1", "true", "yes", "on")
 _FALSE: Final = ("0", "false", "no", "off", "")
 _KINDS: Final[dict[str, type]] = {"str": str, "float": float, "int": int, "bool": bool, "tuple[str, ...]": tuple}
@@ -220,6 +411,10 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     if unknown:
         raise TypeError(f"load_config: no setting(s) {', '.join(sorted(unknown))}")
     values.update({k: v for k, v in overrides.items() if v is not None})
+    profile = str(values.get("profile", "lan")).strip().lower()
+    if profile not in PROFILES:
+        raise ConfigError(f"profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    values = {**PROFILES[profile], **values, "profile": profile}
     config = dataclasses.replace(Config(), **{k: _coerce(k, _kind(k), v) for k, v in values.items()})
     if config.trust not in TRUST_POLICIES:
         raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")

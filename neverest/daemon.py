@@ -67,16 +67,17 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             log.info("control socket %s", path)
             await nursery.start(serve_settle, state)
             await nursery.start(serve_inbox, state)
-            if config.ingest_every_s > 0:
+            discovery = config.sections.discovery
+            if config.sections.agents.ingest_every_s > 0:
                 await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             await nursery.start(serve_rounds, gossip)
             await nursery.start(serve_flush, gossip)
-            await add_static_peers(state, config.peers)
-            if config.directory:
+            await add_static_peers(state, discovery.peers)
+            if discovery.directory:
                 await nursery.start(serve_directory, state)
-            if config.mdns:
-                host, _ = parse_listen(config.listen)
+            if discovery.mdns:
+                host, _ = parse_listen(config.sections.gossip.listen)
                 port = int(state.listening[0].rpartition(":")[2])
                 await nursery.start(serve_mdns, state, port, host)
             log.info("neverestd %s ready as %s; next sleep %s", __version__, identity.origin,

@@ -162,7 +162,7 @@ class Simulation:
         self.n, self.seed, self.fanout = n, seed, fanout
         self.config = config or Config()
         self.period_s = self.config.gossip_every_s
-        settings = settings_of(self.config)
+        settings = settings_of(self.config.sections.gossip)
         self.agents = [Agent(i, seed, self.config, settings, None if identities is None else identities[i])
                        for i in range(n)]
         self.schedule = Schedule(n, fanout, self.period_s, stream(seed, "schedule"), peer_tables)

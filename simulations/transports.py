@@ -405,7 +405,7 @@ def _warm_up(agents: list[Agent], url: str, tokens: list[str], config: Config, c
 def _commons(opts: Options) -> dict[str, Any]:
     started = time.perf_counter()
     n, config = opts.agents, Config()
-    settings = settings_of(config)
+    settings = settings_of(config.sections.gossip)
     # The gossip run's agents again (same seed, same identities), each with a fresh store.
     agents = [Agent(i, opts.seed, config, settings) for i in range(n)]
     tokens = _tokens(n)

@@ -99,3 +99,48 @@ def test_the_agents_wired_come_from_the_file_or_the_environment_and_unknown_ones
     assert load_config(tmp_path, {"NEVEREST_AGENTS": ""}).agents == ()
     with pytest.raises(ConfigError, match="'cursor' not one of claude-code, codex"):
         load_config(tmp_path, {"NEVEREST_AGENTS": "cursor"})
+
+
+def _leaves(value: object) -> list[object]:
+    """Every value a section holds, tuples opened."""
+    if dataclasses.is_dataclass(value):
+        return [leaf for f in dataclasses.fields(value) for leaf in _leaves(getattr(value, f.name))]
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_every_setting_is_read_through_exactly_the_sections() -> None:
+    # Give every setting a value no other holds, then find each one in the sections: a setting added to
+    # Config and forgotten in its section fails here.
+    distinct: dict[str, object] = {}
+    for i, f in enumerate(dataclasses.fields(Config)):
+        if f.name == "profile" or f.type == "bool":
+            continue
+        distinct[f.name] = {"float": 1000.5 + i, "int": 2000 + i, "str": f"value-{i}",
+                            "tuple[str, ...]": (f"item-{i}",)}[str(f.type)]
+    config = dataclasses.replace(Config(), **distinct)  # type: ignore[arg-type]
+    held = [leaf for section in config.sections for leaf in _leaves(section)]
+    for name, value in distinct.items():
+        wanted = value[0] if isinstance(value, tuple) else value
+        assert wanted in held, f"{name} is in no section"
+    for flag in ("mdns", "log_json"):
+        flipped = dataclasses.replace(Config(), **{flag: not getattr(Config(), flag)})  # type: ignore[arg-type]
+        assert flipped.sections != Config().sections, f"{flag} is in no section"
+
+
+def test_a_profile_sets_defaults_that_the_file_environment_and_flags_still_override(tmp_path: Path) -> None:
+    assert load_config(tmp_path, {}).sections.gossip.every_s == 900.0  # "lan": the documented defaults
+    (tmp_path / "config.toml").write_text('profile = "local"\nexchange_timeout_s = 7.5\n')
+    local = load_config(tmp_path, {})
+    assert local.profile == "local"
+    assert local.sections.gossip.listen == "127.0.0.1:7428" and local.sections.gossip.every_s == 10.0
+    assert local.sections.discovery.mdns_interfaces == ("127.0.0.1",)  # zeroconf stays on loopback
+    assert local.sections.gossip.exchange_timeout_s == 7.5  # the file's line wins over the profile
+    assert load_config(tmp_path, {"NEVEREST_GOSSIP_EVERY_S": "3"}).sections.gossip.every_s == 3.0
+    assert load_config(tmp_path, {}, listen="127.0.0.1:9").listen == "127.0.0.1:9"
+    wan = load_config(tmp_path, {"NEVEREST_PROFILE": "WAN"})
+    assert wan.profile == "wan" and not wan.sections.discovery.mdns and wan.sections.gossip.every_s == 1800.0
+    (tmp_path / "config.toml").write_text('profile = "moon"\n')
+    with pytest.raises(ConfigError, match="profile: 'moon' is not one of lan, wan, local"):
+        load_config(tmp_path, {})

@@ -99,12 +99,12 @@ def test_a_third_similar_error_joins_the_existing_lesson(store: Store) -> None:
 def test_decay_counts_each_day_once(store: Store) -> None:
     add(store, T0, kind="note", text="x")
     report = SleepReport(started="")
-    decay_pass(store, T0, CONFIG, report)  # first run: starts the count
+    decay_pass(store, T0, CONFIG.sections.sleep, report)  # first run: starts the count
     for hour in (0, 5, 12):
-        decay_pass(store, T0 + timedelta(days=45, hours=hour), CONFIG, report)
+        decay_pass(store, T0 + timedelta(days=45, hours=hour), CONFIG.sections.sleep, report)
     strength = store.db.execute("SELECT strength FROM episodes").fetchone()[0]
     assert strength == pytest.approx(0.5)
-    decay_pass(store, T0 + timedelta(days=45 + 90), CONFIG, report)  # 0.5 × 0.25 < 0.15
+    decay_pass(store, T0 + timedelta(days=45 + 90), CONFIG.sections.sleep, report)  # 0.5 × 0.25 < 0.15
     assert store.db.execute("SELECT archived FROM episodes").fetchone()[0] == 1
     assert report.archived_episodes == 1
 

@@ -37,7 +37,7 @@ import trio
 
 from neverest import httpclient
 from neverest.clock import Clock, iso
-from neverest.config import Config
+from neverest.config import Config, GossipSection
 from neverest.gossip import guard, http
 from neverest.gossip.codec import MAX_MESSAGE_BYTES, Entry, ProtocolError
 from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Responder, Settings
@@ -65,8 +65,8 @@ _PENALTY_KIND: Final = {"too-large": "oversize", "too-many-records": "too-many",
                         "busy": "busy"}
 
 
-def settings_of(config: Config) -> Settings:
-    return Settings(budget_bytes=config.gossip_budget_bytes, future_tolerance_s=config.future_tolerance_s)
+def settings_of(gossip: GossipSection) -> Settings:
+    return Settings(budget_bytes=gossip.budget_bytes, future_tolerance_s=gossip.future_tolerance_s)
 
 
 @dataclass
@@ -82,7 +82,10 @@ class Gossip:
     on_received: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
-        self._settings = settings_of(self.config)
+        # The whole config goes on to the store view (receiving is the memory's: trust, budget); gossip's
+        # own rules read only their section.
+        self._gossip = self.config.sections.gossip
+        self._settings = settings_of(self._gossip)
         # One connection and one view for both sides, kept for the life of the service: the view's
         # range index is then rebuilt only when the records changed, not once per exchange.  The
         # lock makes its users (worker threads) take turns; nothing waits for the network under it.
@@ -94,7 +97,7 @@ class Gossip:
         self._shared_at: float | None = None
         self._inbound_at: dict[str, float] = {}
         self.tally = guard.Tally()
-        self.cutoffs = guard.Cutoffs(after=self.config.gossip_cutoff_after, cooling_s=self.config.gossip_cutoff_s)
+        self.cutoffs = guard.Cutoffs(after=self._gossip.cutoff_after, cooling_s=self._gossip.cutoff_s)
         # Addresses whose last write was a success with this origin, and what their peer last shared:
         # another success with them changes nothing but a score and a time, written in batches.
         self._clean: dict[str, str] = {}
@@ -122,7 +125,7 @@ class Gossip:
 
     def _open(self) -> Store:
         """A connection of its own, for work in a worker thread."""
-        return open_store(self.home, busy_timeout_s=self.config.busy_timeout_s)
+        return open_store(self.home, busy_timeout_s=self.config.sections.store.busy_timeout_s)
 
     async def _with_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread, its turn on the service's store connection."""
@@ -330,7 +333,7 @@ class Gossip:
         while request is not None:
             try:
                 reply = await http.post(self.http, url, request, max_response_bytes=MAX_MESSAGE_BYTES,
-                                        total_timeout_s=self.config.exchange_timeout_s)
+                                        total_timeout_s=self._gossip.exchange_timeout_s)
             except httpclient.TransportFailure as exc:
                 initiator.fail(ProtocolError("network", exc.kind, exc.detail))
                 break

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neverest.clock import iso, parse_time
-from neverest.config import Config
+from neverest.config import Config, SleepSection
 from neverest.memory.embed import (
     VERIFY_COSINE,
     Embedder,
@@ -174,7 +174,7 @@ def embed_pass(store: Store, embedder: Embedder) -> int:
 # -- 2. decay -------------------------------------------------------------------------
 
 
-def decay_pass(store: Store, now: datetime, config: Config, report: SleepReport) -> None:
+def decay_pass(store: Store, now: datetime, config: SleepSection, report: SleepReport) -> None:
     today = now.date()
     last = store.get_meta("last_decay_day")
     with store.write() as db:
@@ -206,7 +206,7 @@ class _Consolidator:
     end of each batch, and before a new lesson is inserted (its id is needed).  The sentence of
     a new lesson is phrased, and embedded, before that write: never inside it."""
 
-    def __init__(self, store: Store, space: str, now: datetime, config: Config, writer: Writer | None,
+    def __init__(self, store: Store, space: str, now: datetime, config: SleepSection, writer: Writer | None,
                  embedder: Embedder, report: SleepReport) -> None:
         self.store, self.space, self.now, self.config = store, space, now, config
         self.writer, self.embedder, self.report = writer, embedder, report
@@ -453,7 +453,7 @@ def refutations(db: sqlite3.Connection, pred: predictions.Open) -> list[episodes
     return out
 
 
-def verify_pass(store: Store, space: str, now: datetime, config: Config, report: SleepReport) -> None:
+def verify_pass(store: Store, space: str, now: datetime, config: SleepSection, report: SleepReport) -> None:
     window = timedelta(days=config.prediction_window_days)
     stamp = iso(now)
     for pred in predictions.open_in(store.db, space):
@@ -490,7 +490,7 @@ def verify_pass(store: Store, space: str, now: datetime, config: Config, report:
 # -- 6. predict -----------------------------------------------------------------------
 
 
-def predict_pass(store: Store, space: str, now: datetime, config: Config, report: SleepReport) -> None:
+def predict_pass(store: Store, space: str, now: datetime, config: SleepSection, report: SleepReport) -> None:
     rows = lessons.to_predict(store.db, config.predict_min_strength, space)
     with store.write() as db:
         for row in rows:
@@ -519,13 +519,14 @@ def sleep(store: Store, *, now: datetime, embedder: Embedder, config: Config,
     embedder.probe()  # a model that answers now is this night's space; else the hashed one
     report.embedded = embed_pass(store, embedder)
     space = report.space = embedder.space  # after the pass: a model may have failed during it
-    decay_pass(store, now, config, report)
-    consolidator = _Consolidator(store, space, now, config, writer, embedder, report)
+    rules = config.sections.sleep  # the passes read only the sleep section
+    decay_pass(store, now, rules, report)
+    consolidator = _Consolidator(store, space, now, rules, writer, embedder, report)
     changed = consolidator.run()
     merge_pass(store, space, changed, now, report, consolidator.signatures or None)
     embed_rows(store, embedder, "lessons")  # sentences a failing model left unembedded tonight
-    verify_pass(store, space, now, config, report)
-    predict_pass(store, space, now, config, report)
+    verify_pass(store, space, now, rules, report)
+    predict_pass(store, space, now, rules, report)
     report.finished = iso(now)
     with store.write() as db:
         sleeps.finish(db, sleep_id, report.finished, json.dumps(report.to_json()))

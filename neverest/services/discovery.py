@@ -41,13 +41,13 @@ async def serve_directory(state: DaemonState, *, task_status: trio.TaskStatus[No
     task_status.started()
     while True:
         try:
-            listing = await trio.to_thread.run_sync(directory.fetch, state.config.directory)
+            listing = await trio.to_thread.run_sync(directory.fetch, state.config.sections.discovery.directory)
             for url, _claimed in listing.peers:
                 await add_peer(state, url, "directory")
             log.info("directory: %d peer(s), %d entries skipped", len(listing.peers), listing.skipped)
         except (directory.DirectoryError, StoreError) as exc:
             log.warning("directory: %s", exc)
-        await trio.sleep(state.config.directory_every_s)
+        await trio.sleep(state.config.sections.discovery.directory_every_s)
 
 
 async def serve_mdns(state: DaemonState, port: int, host: str, *,
@@ -63,7 +63,7 @@ async def serve_mdns(state: DaemonState, port: int, host: str, *,
             except (trio.WouldBlock, trio.RunFinishedError):
                 pass  # a burst beyond 256 unread sightings: the next announcement brings them again
 
-    interfaces: list[str] | str = [i.strip() for i in state.config.mdns_interfaces.split(",") if i.strip()] or "all"
+    interfaces: list[str] | str = list(state.config.sections.discovery.mdns_interfaces) or "all"
     finder = mdns.Discovery(interfaces=interfaces, on_sighting=seen, on_gone=lambda origin: None)
     addresses = None if host in ("0.0.0.0", "::", "") else [host]
     await trio.to_thread.run_sync(lambda: finder.start(state.identity.origin, port, addresses))

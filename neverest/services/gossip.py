@@ -39,7 +39,8 @@ class GossipService:
         self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng,
                              on_received=self._received)
         state.pending_refusals = self.gossip.pending_refusals
-        self.pace = Pace(state.config.gossip_every_s, state.config.gossip_quiet_every_s)
+        self.settings = state.config.sections.gossip
+        self.pace = Pace(self.settings.every_s, self.settings.quiet_every_s)
         # The scheduled rounds' current wait (serve_rounds): ``wake`` shortens it.
         self._nap: trio.CancelScope | None = None
         self._nap_from = 0.0
@@ -76,7 +77,7 @@ class GossipService:
 
     async def round(self, only: str | None = None) -> list[dict[str, Any]]:
         """One round now (with ``only`` that address); what each exchange did."""
-        results = await self.gossip.round(fanout=self.state.config.fanout, only=only)
+        results = await self.gossip.round(fanout=self.settings.fanout, only=only)
         self.state.last_round = self.gossip.last_round
         for result in results:
             self.state.count_exchange("failed" if result.get("error") else "ok")
@@ -105,7 +106,7 @@ async def serve_listener(service: GossipService, app: Any, *,
                          task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     """The peer-facing listener; reports the bound addresses.  A port that cannot be bound is one
     clear error (``ListenError``), not a traceback."""
-    listen = service.state.config.listen
+    listen = service.settings.listen
     parse_listen(listen)
     try:
         await gossip_http.serve(app, listen, task_status=task_status)
