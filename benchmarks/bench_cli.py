@@ -1,7 +1,7 @@
 """`neverestctl recall` and `neverestctl lessons` as the whole process an agent or a person runs,
 against `python -c pass` in the same run (p95 over interleaved runs).
 
-Target (README, "Figures"): p95 ≤ 3 × `python -c pass`.  Run: python benchmarks/bench_cli.py [--runs N]
+Target (docs/figures.md): p95 ≤ 3 × `python -c pass`.  Run: python benchmarks/bench_cli.py [--runs N]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
    - *floor*: the same number of ``GET`` of an origin that has no file (404): what the
      server costs per request before any file work (authentication, rate limit, routing).
 
-   Target (README, "Figures"): ≥ 200 PUT/s of new files.  The server runs with its default rate limits (100/s,
+   Target (docs/figures.md): ≥ 200 PUT/s of new files.  The server runs with its default rate limits (100/s,
    burst 1 100 per token) and every client has its own token, so the limiter's ceiling
    (clients × 100/s) is far above what is measured: the run reports the 429s it saw, which
    must be 0 for the figures to mean anything.  The PUT clients are a minimal HTTP/1.1

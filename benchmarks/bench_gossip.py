@@ -2,7 +2,7 @@
 
 1. Bytes for an exchange between two peers already in sync, at 1 000 and 10 000 origins:
    message bodies as the exchange counts them, plus the HTTP headers of the request and
-   the answer as sent.  Target (README, "Figures"): ≤ 1 KB.
+   the answer as sent.  Target (docs/figures.md): ≤ 1 KB.
 2. Records per second pulled from one peer into an empty store (verification, storage
    and the merge rule included), against raw PyNaCl verification of the same records on one
    core, twice: verified in this process only, and with one verifying process per CPU

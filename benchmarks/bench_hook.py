@@ -1,6 +1,6 @@
 """Benchmark: the Claude Code hook as the whole process the agent runs, against ``python -c pass``.
 
-Target (README, "Figures"): p95 of each of SessionStart, UserPromptSubmit and PreToolUse ≤ 2.5 × the
+Target (docs/figures.md): p95 of each of SessionStart, UserPromptSubmit and PreToolUse ≤ 2.5 × the
 p95 of ``python -c pass`` in the same run (same interpreter, same site packages).  The store holds
 ``--lessons`` lessons (this memory's own, in ``--projects`` projects, a few received ones in state
 common) and ``--episodes`` episodes.  Every run is a new session with holdout 0, so every run that

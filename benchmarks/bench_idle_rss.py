@@ -5,7 +5,7 @@ would store them), starts the real daemon on it, lets it settle, and reads its
 VmRSS from /proc.  Baseline in the same run: a bare Python process that imports
 the same libraries (trio, httpx, hypercorn, PyNaCl, msgpack, numpy) and sleeps.
 
-Target (README, "Figures"): ≤ 80 MB.
+Target (docs/figures.md): ≤ 80 MB.
 
     python benchmarks/bench_idle_rss.py [--records 100000] [--json]
 """

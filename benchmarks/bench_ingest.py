@@ -6,7 +6,7 @@ assistant message streamed over two lines (text, then a Bash call), the tool's r
 the assistant's answer; one result in ten is an error, one prompt in twenty-five a
 correction, one answer in twenty a surprise.  Then, on a fresh memory:
 
-1. a full ingest: turns/s.  Target (README, "Figures"): ≥ 20 000 turns/s;
+1. a full ingest: turns/s.  Target (docs/figures.md): ≥ 20 000 turns/s;
 2. a second ingest with nothing new: seconds.  Target: ≤ 1 s;
 3. the baseline: reading the same files and ``json.loads`` of every line, nothing else.
 

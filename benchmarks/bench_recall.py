@@ -1,6 +1,6 @@
 """Benchmark: recall over 10 000 episodes and lessons.
 
-Target (README, "Figures"): median ≤ 50 ms per query, touching included.  Baseline in the
+Target (docs/figures.md): median ≤ 50 ms per query, touching included.  Baseline in the
 same run: the bare numpy cosine ranking over the same vectors already in memory
 (what recall costs beyond reading the store and scoring).
 

@@ -18,7 +18,7 @@ show memory stays bounded.
 the same batch sent to a verifying process and back: where the trip starts to pay
 (``memory.receive.POOL_MIN_LINES``).
 
-Target (README, "Figures"): >= 0.7 x the raw verify rate per core.
+Target (docs/figures.md): >= 0.7 x the raw verify rate per core.
 
     python benchmarks/bench_receive.py [--records 100000] [--threshold] [--json]
 """

@@ -1,6 +1,6 @@
 """Benchmark: one sleep over 10 000 episodes, then a sleep after 100 more.
 
-Targets (README, "Figures"): the first sleep ≤ 30 s and ≤ 300 MB peak RSS; the second does
+Targets (docs/figures.md): the first sleep ≤ 30 s and ≤ 300 MB peak RSS; the second does
 work in proportion to the 100 new episodes, not the 10 000.  Each sleep runs as
 the real command (`neverestctl sleep --json`) in a child process, so the peak
 RSS is that process's own.  Baseline in the same run: `neverestctl lessons` on

@@ -19,7 +19,7 @@ identities, then times, over the same lines and in the same run:
 - cli process: ``python -m neverest.ctl verify FILE`` as a whole process, start-up, imports
   and the start of its verifying processes included.
 
-Target (README, "Figures"): the whole ``neverestctl verify`` process ≥ 0.8 × baseline (the
+Target (docs/figures.md): the whole ``neverestctl verify`` process ≥ 0.8 × baseline (the
 in-process pipeline on one core is reported beside it).  Run:
 
     python benchmarks/bench_verify.py [--lines 20000] [--json]

@@ -324,7 +324,7 @@ def vouched(verified: Mapping[str, int], refuted: Mapping[str, int], *, resolved
     Echoing confirmations of true lessons earns a track record; it does not hide the false
     ones, which is why the policy waits for ``min_resolved`` tests, and why ``judge`` keeps a
     lesson out of ``common`` during a quarantine (``held_since``).  What it buys and where it
-    fails is measured by the commons simulation (README, "Simulations").
+    fails is measured by the commons simulation (docs/simulations.md).
     """
     def counts(origin: str) -> bool:
         if origin == own or origin in allowed:

@@ -50,7 +50,7 @@ class Config:
     writer_url: str = ""
     writer_model: str = ""
     model_timeout_s: float = 30.0
-    # Sleep thresholds (README, "How a memory sleeps").
+    # Sleep thresholds (docs/reference.md, "Sleep: episodes become lessons").
     decay_half_life_days: float = 45.0
     archive_below: float = 0.15
     prediction_window_days: float = 14.0
@@ -71,9 +71,9 @@ class Config:
     revoke_quorum: int = 3
     # Which origins count as support: "earned" (trust earned from verified history and passed along, after
     # EigenTrust, with this memory as the pre-trusted peer: commons.earned; the default, the one the
-    # README's sweep measures against adaptive adversaries), "vouched" (origins whose claims this memory
+    # sweep in docs/simulations.md measures against adaptive adversaries), "vouched" (origins whose claims this memory
     # tested itself, none refuted: commons.vouched), "peers" (origins in the peer table), or "any" (every
-    # origin: the simulations in the README show it making every false lesson common, so it is never the
+    # origin: the simulations in docs/simulations.md show it making every false lesson common, so it is never the
     # default and config_warnings flags it); origins in trust_allow count under every policy.
     trust: str = "earned"
     trust_allow: str = ""  # comma-separated origins
@@ -456,7 +456,7 @@ def config_warnings(config: Config) -> list[str]:
     warnings = []
     if config.trust == "any":
         warnings.append('trust = "any": every origin counts as support, so a few keys made for the purpose can '
-                        'make a false lesson common here (the README\'s simulations: every false lesson became '
+                        'make a false lesson common here (docs/simulations.md: every false lesson became '
                         'common); the default, "earned", counts only origins that earned trust from what came '
                         'true here or at the memories this one trusts')
     return warnings

@@ -1,6 +1,6 @@
 """Verifying records in worker processes, for every receiver of many records at once.
 
-Why processes (measured; README, "Figures"): PyNaCl releases the GIL
+Why processes (measured; docs/figures.md): PyNaCl releases the GIL
 inside Ed25519, but the rest of a record's check (JSON, the fields, the lesson hash, the
 phrasing rule) holds it, so two threads verify about 1.5 × what one does and two processes
 2.0 ×; and a verifying thread competes for the GIL with whatever else the process does (an

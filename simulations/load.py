@@ -33,7 +33,7 @@ experiment, here with digests of N origins), with the bytes per agent per round 
 spreads and the bytes of the exchanges that carry it, against the record's own size.
 
 CPU is what limits this experiment: an exchange costs about 0.5 ms of CPU in sync and 0.3
-to 1 ms more per record it reconciles (README, "Load"), and a week in which everyone
+to 1 ms more per record it reconciles (docs/simulations.md, "Load"), and a week in which everyone
 publishes once makes N² deliveries.  ``period_s`` and ``rate`` are the knobs.
 """
 

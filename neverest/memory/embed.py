@@ -1,6 +1,6 @@
 """Texts as vectors, every vector tagged with the space it lives in.
 
-There are two kinds of space (README, "Sleep" and "Recall"):
+There are two kinds of space (docs/reference.md, "Sleep" and "Recall"):
 
 - ``hashed-256``: signed feature hashing of a text's words and adjacent-word bigrams into 256
   dimensions.  Always there, deterministic, bit-identical across processes and machines.
@@ -50,7 +50,7 @@ HASHED_SPACE: Final = "hashed-256"
 DIM: Final = 256
 MODEL_SPACE_PREFIX: Final = "model:"
 
-# Thresholds as the README's "Sleep" section states them: an episode joins a lesson
+# Thresholds as docs/reference.md's "Sleep" section states them: an episode joins a lesson
 # when its mean cosine with the lesson's sources reaches 0.55 in the hashed space or 0.62 in a
 # model's space (model spaces put unrelated texts closer together than hashing does); a
 # prediction is verified by an episode at cosine ≥ 0.5, a figure the source gives for the

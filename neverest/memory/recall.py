@@ -1,4 +1,4 @@
-"""Recall: the episodes and lessons a query bears on, scored as in the README ("Recall").
+"""Recall: the episodes and lessons a query bears on, scored as docs/reference.md ("Recall") says.
 
 score = 0.6·cosine + 0.25·2^(−age/30 days) + 0.15·min(strength, 2)/2
         + 1 if the row shares a key term of the query, + 0.2·BM25/best BM25

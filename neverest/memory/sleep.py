@@ -1,4 +1,4 @@
-"""Sleep: the passes that turn episodes into lessons, in order (README, "Sleep: episodes become lessons").
+"""Sleep: the passes that turn episodes into lessons, in order (docs/reference.md, "Sleep: episodes become lessons").
 
 1. embed        every episode, lesson and open prediction not yet in the current space
 2. decay        strength × 2^(−days/45) for the whole days since decay last ran (each day
