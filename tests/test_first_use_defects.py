@@ -1,0 +1,50 @@
+"""Defects a new user met in a first session with neverestctl, each reproduced as the user met it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from neverest.ctl import main
+
+NOW = "2026-03-01T03:00:00Z"
+PIP = ["--kind", "error", "--title", "pip install -e .", "--happened", "fails without --no-build-isolation"]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("NEVEREST_HOME", str(home))
+    monkeypatch.setenv("NEVEREST_NOW", NOW)
+    return home
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _learn_a_lesson(capsys: pytest.CaptureFixture[str]) -> str:
+    """An error met in two sessions, and a sleep: one lesson of this memory's own; its hash."""
+    for session in ("s1", "s2"):
+        assert run(capsys, "remember", *PIP, "--session", session)[0] == 0
+    assert run(capsys, "sleep")[0] == 0
+    _, out, _ = run(capsys, "lessons", "--json")
+    [lesson] = [json.loads(line) for line in out.splitlines()]
+    return str(lesson["hash"])
+
+
+def test_show_and_lessons_agree_that_a_lesson_never_published_is_local(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = _learn_a_lesson(capsys)
+    _, out, _ = run(capsys, "lessons", "--json")
+    assert json.loads(out)["state"] == "local"
+    status, out, _ = run(capsys, "show", target[:8], "--json")
+    shown = json.loads(out)
+    assert status == 0 and (shown["state"], shown["support"]) == ("local", 0)
+    _, out, _ = run(capsys, "show", target[:8])
+    assert "state local, support 0" in out and "candidate" not in out
