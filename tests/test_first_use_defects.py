@@ -48,3 +48,27 @@ def test_show_and_lessons_agree_that_a_lesson_never_published_is_local(
     assert status == 0 and (shown["state"], shown["support"]) == ("local", 0)
     _, out, _ = run(capsys, "show", target[:8])
     assert "state local, support 0" in out and "candidate" not in out
+
+
+def test_lessons_md_labels_a_received_candidate_as_a_candidate_not_common(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    project, shared = tmp_path / "project", tmp_path / "shared"
+    project.mkdir()
+    shared.mkdir()
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(mode=0o700)
+    b.mkdir(mode=0o700)
+    monkeypatch.setenv("NEVEREST_NOW", NOW)
+    for session in ("s1", "s2"):
+        assert run(capsys, "--home", str(a), "remember", *PIP, "--cwd", str(project), "--session", session)[0] == 0
+    assert run(capsys, "--home", str(a), "sleep")[0] == 0
+    assert run(capsys, "--home", str(a), "publish", "--project", str(project))[0] == 0
+    assert run(capsys, "--home", str(a), "folder", "sync", str(shared))[0] == 0
+    assert run(capsys, "--home", str(b), "folder", "sync", str(shared))[0] == 0
+    _, out, _ = run(capsys, "--home", str(b), "lessons", "--json")
+    assert json.loads(out)["state"] == "candidate"
+    markdown = (b / "lessons.md").read_text()
+    assert "(received, candidate, strength 0.50, seen 2)" in markdown
+    assert "common layer" not in markdown
+    # A's own lesson keeps its layer's name.
+    assert "(personal layer, strength" in (a / "lessons.md").read_text()
