@@ -72,3 +72,17 @@ def test_lessons_md_labels_a_received_candidate_as_a_candidate_not_common(
     assert "common layer" not in markdown
     # A's own lesson keeps its layer's name.
     assert "(personal layer, strength" in (a / "lessons.md").read_text()
+
+
+def test_forgetting_an_episode_id_that_names_nothing_is_an_error_and_deletes_nothing(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _learn_a_lesson(capsys)
+    _, before, _ = run(capsys, "episodes", "--json")
+    status, out, err = run(capsys, "forget", "--episode", "0123456789abcdef")
+    assert status == 2 and out == ""
+    assert "no episode has the id '0123456789abcdef'" in err and "nothing was forgotten" in err
+    assert run(capsys, "episodes", "--json")[1] == before and len(before.splitlines()) == 2
+    # An id that names an episode is forgotten as before.
+    episode = json.loads(before.splitlines()[0])["id"]
+    status, out, _ = run(capsys, "forget", "--episode", episode)
+    assert status == 0 and out.startswith("forgot 1 episode(s)")
