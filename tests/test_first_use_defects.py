@@ -86,3 +86,17 @@ def test_forgetting_an_episode_id_that_names_nothing_is_an_error_and_deletes_not
     episode = json.loads(before.splitlines()[0])["id"]
     status, out, _ = run(capsys, "forget", "--episode", episode)
     assert status == 0 and out.startswith("forgot 1 episode(s)")
+
+
+def test_lessons_has_a_header_row_naming_its_columns(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = _learn_a_lesson(capsys)
+    status, out, _ = run(capsys, "lessons")
+    header, row = out.splitlines()
+    assert status == 0 and header.split() == ["hash", "kind", "strength", "seen", "state", "support", "text"]
+    assert row.split()[:6] == [target[:8], "error", "1.00", "2", "local", "0"]
+    # Each value sits under its column's name.
+    for name, value in (("kind", "error"), ("state", "local"), ("text", "pip install")):
+        assert header.index(name) == row.index(value)
+    for name, value in (("strength", "1.00"), ("seen", " 2 "), ("support", " 0 ")):
+        assert header.index(name) + len(name) == row.index(value) + len(value.rstrip())
+    assert run(capsys, "lessons", "--json")[1].startswith("{")  # --json is JSON Lines only
