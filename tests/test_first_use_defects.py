@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,19 @@ def test_lessons_has_a_header_row_naming_its_columns(home: Path, capsys: pytest.
     for name, value in (("strength", "1.00"), ("seen", " 2 "), ("support", " 0 ")):
         assert header.index(name) + len(name) == row.index(value) + len(value.rstrip())
     assert run(capsys, "lessons", "--json")[1].startswith("{")  # --json is JSON Lines only
+
+
+def test_export_into_a_pipe_closed_early_ends_quietly_as_unix_tools_do(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Enough episodes that the export is far bigger than a pipe's buffer (64 KiB).
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps({"kind": "note", "text": f"note {i} " + "x" * 100, "session": "s"}) + "\n"
+                              for i in range(2000)))
+    assert run(capsys, "remember", "--events", str(events))[0] == 0
+    for command in ("export", "episodes --limit 100000", "lessons", "--help"):
+        done = subprocess.run(f"{sys.executable} -m neverest.ctl {command} | head -n 1; exit ${{PIPESTATUS[0]}}",
+                              shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60)
+        assert done.stderr == "", (command, done.stderr)
+        assert done.stdout.count("\n") == 1 and done.returncode in (0, 141), (command, done.returncode)
+        if command.startswith(("export", "episodes")):
+            assert done.returncode == 141, command
