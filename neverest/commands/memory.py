@@ -80,7 +80,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"stored {result['stored']}, already known {result['duplicates']}, refused {len(result['refused'])}")
+        print(f"stored {result['stored']}, already known {result['duplicates']}, refused {len(result['refused'])}"
+              + (f"; {result['repeats']} repeated an earlier event of the same input" if result.get("repeats") else ""))
         for item in result["refused"]:
             print(f"  refused {item['position']}: {item['reason']}", file=sys.stderr)
     return 1 if result["refused"] else 0

@@ -134,8 +134,9 @@ class Memory:
 
     # -- ingest ------------------------------------------------------------------------------
 
-    def ingest(self, events: Iterable[object]) -> IngestResult:
-        return ingest(self.store, events, now=self.clock.now())
+    def ingest(self, events: Iterable[object], *, seen: set[str] | None = None) -> IngestResult:
+        """``seen``: the ids of the events of the same input given to earlier calls (one set per input)."""
+        return ingest(self.store, events, now=self.clock.now(), seen=seen)
 
     def ingest_lines(self, stream: BinaryIO) -> IngestResult:
         return ingest_lines(self.store, stream, now=self.clock.now())
