@@ -44,8 +44,8 @@ import trio
 SOCKET_FILE: Final = "control.sock"
 MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 # The keys of a status answer that only a running daemon knows (the rest is what the store holds).
-DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "peers", "last_round", "exchanges",
-                      "warnings")
+DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "mdns", "peers", "last_round",
+                      "exchanges", "warnings")
 # Requests are flat objects with lists of flat events: 64 levels leave ample room, and
 # bounding it keeps a hostile request from exhausting the parser's (or a handler's) stack.
 MAX_DEPTH: Final = 64

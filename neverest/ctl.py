@@ -2,8 +2,10 @@
 
 Every command is reachable in-process as ``main([...])`` (that is how the tests
 drive it) and returns the process exit status: 0 success, 1 the command ran and
-found a problem (a refused record...), 2 a usage error.  Each command has a
-readable default output and ``--json`` for scripts where it prints data.
+found a problem (a refused record...), 2 a usage error; and 141, quietly, when the
+reader of the output went away (``neverestctl export | head``), as for a Unix tool
+killed by SIGPIPE.  Each command has a readable default output and ``--json`` for
+scripts where it prints data.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -289,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
+        return _flushed(int(exc.code or 0))
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
@@ -311,7 +314,7 @@ def _main_verify(argv: list[str]) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
-        return int(exc.code or 0)
+        return _flushed(int(exc.code or 0))
     try:
         status = cmd_verify(args)
         sys.stdout.flush()
@@ -323,14 +326,28 @@ def _main_verify(argv: list[str]) -> int:
         return _closed_output()
 
 
+# The status of a program killed by SIGPIPE, as the shell reports it (128 + 13).
+CLOSED_OUTPUT_STATUS = 128 + signal.SIGPIPE
+
+
+def _flushed(status: int) -> int:
+    """``status``, once what argparse printed (--help, a usage error) is flushed; a closed pipe is quiet."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _closed_output()
+    return status
+
+
 def _closed_output() -> int:
-    # The reader went away (`neverestctl lessons | head`): say so once, and keep Python
-    # from failing again when it flushes standard output at exit.
+    # The reader went away (`neverestctl export | head`): stop writing, quietly, as Unix tools do.
+    # They die of SIGPIPE and the shell reports 141; an in-process caller (the tests) must not be
+    # killed, so the same status is returned instead.  Standard output is pointed at /dev/null so
+    # that Python's own flush at exit does not fail again and print a traceback.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    print("neverestctl: the output was closed before it was all written", file=sys.stderr)
-    return 1
+    return CLOSED_OUTPUT_STATUS
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from neverest import __version__
 from neverest.clock import Clock, clock_from_env, iso
 from neverest.config import Config, ConfigError, config_warnings, load_config, log_file_path
 from neverest.identity import Identity, IdentityError, load_or_create
-from neverest.lock import AlreadyRunning, DaemonLock
+from neverest.lock import LISTENING, AlreadyRunning, DaemonLock
 from neverest.logs import setup_logging
 from neverest.memory.store import StoreError
 from neverest.paths import HomeError, find_home, use_private_umask
@@ -62,7 +62,7 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             gossip.gossip.listen_port = int(state.listening[0].rpartition(":")[2])  # told to peers
             log.info("listening for peers on %s", ", ".join(state.listening))
             if lock is not None:
-                lock.describe(f"listening on {', '.join(state.listening)}")
+                lock.describe(LISTENING + ", ".join(state.listening))
             path = await nursery.start(serve_control, ControlOps(state, gossip, nursery))
             log.info("control socket %s", path)
             await nursery.start(serve_settle, state)

@@ -10,8 +10,16 @@ is bounded in time and in bytes whatever it does:
 - a body cap: the answer is streamed and refused as soon as more than ``max_bytes`` arrived
   (or its Content-Length says so), never buffered whole; bodies are asked for uncompressed
   (``Accept-Encoding: identity``) and counted after any decoding, so a compressed bomb is cut;
-- redirects are not followed and the environment's proxy settings are not read: a peer's
-  address is where the bytes go.
+- redirects are not followed.
+
+Proxies: a gossip call never goes through one (``async_client``): a peer's address is where
+the bytes go, and peers are mostly on the LAN.  The calls that leave for a service the owner
+named, a commons or a directory (``sync_client(proxy_from_env=True)``), honour the
+environment as curl does: ``https_proxy``/``HTTPS_PROXY`` for https:// URLs,
+``http_proxy``/``HTTP_PROXY`` for http:// ones, else ``all_proxy``/``ALL_PROXY`` (lower case
+first), except for the hosts ``no_proxy``/``NO_PROXY`` lists (``env_proxy`` says how); and a
+loopback or LAN host (``localhost``, ``*.local``, a loopback, private or link-local address)
+is always reached directly, whatever the environment says, since a proxy cannot reach it.
 
 Errors say who is at fault:
 
@@ -33,7 +41,9 @@ network.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
+import os
 import ssl
 import time
 from collections.abc import Container, Mapping
@@ -140,6 +150,99 @@ class _LazyTLSSync(httpx.BaseTransport):
             self._inner.close()
 
 
+# -- the environment's proxy -------------------------------------------------------------------
+
+
+# The LAN's addresses (RFC 1918, IPv6 unique local, RFC 4193), beside loopback and link-local ones.
+_LAN: Final = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"))
+
+
+def is_local_host(host: str) -> bool:
+    """Whether ``host`` is this machine or its LAN, which no proxy is asked to reach: ``localhost``,
+    a ``.localhost`` or ``.local`` (zeroconf) name, or a loopback, LAN or link-local address."""
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith((".localhost", ".local")):
+        return True
+    try:
+        ip = ipaddress.ip_address(name.partition("%")[0])  # an IPv6 zone (fe80::1%eth0) names no other host
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_link_local or any(ip in net for net in _LAN if net.version == ip.version)
+
+
+def _no_proxy(host: str, listed: str) -> bool:
+    """Whether NO_PROXY's ``listed`` hosts take ``host`` out of the proxy: ``*``; a name and its
+    subdomains (``example.com``, ``.example.com`` and ``*.example.com`` alike); an IP address or a CIDR
+    range.  A port given with an entry is ignored."""
+    name = host.strip("[]").lower().rstrip(".")
+    for raw in listed.split(","):
+        entry = raw.strip().lower()
+        if entry == "*":
+            return True
+        if entry.startswith("["):
+            entry = entry[1:].partition("]")[0]
+        elif entry.count(":") == 1:
+            entry = entry.partition(":")[0]
+        if not entry:
+            continue
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            entry = entry.removeprefix("*").lstrip(".").rstrip(".")
+            if entry and (name == entry or name.endswith("." + entry)):
+                return True
+            continue
+        try:
+            if ipaddress.ip_address(name) in network:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _env(environ: Mapping[str, str], name: str) -> str:
+    return environ.get(name.lower()) or environ.get(name.upper()) or ""
+
+
+def env_proxy(url: str | httpx.URL, environ: Mapping[str, str] | None = None) -> str | None:
+    """The proxy the environment names for ``url``, or None for a direct call (see the module docstring)."""
+    environ = os.environ if environ is None else environ
+    target = httpx.URL(url) if isinstance(url, str) else url
+    if is_local_host(target.host) or _no_proxy(target.host, _env(environ, "no_proxy")):
+        return None
+    proxy = _env(environ, f"{target.scheme}_proxy") or _env(environ, "all_proxy")
+    if not proxy.strip():
+        return None
+    return proxy.strip() if "://" in proxy else "http://" + proxy.strip()
+
+
+class _EnvProxied(httpx.BaseTransport):
+    """A sync client's transport that sends each request direct, or through the proxy the environment
+    (read when the client is made) names for its URL: one client may call a LAN host and a distant one."""
+
+    def __init__(self, limits: httpx.Limits, environ: Mapping[str, str]) -> None:
+        self._limits = limits
+        self._environ = dict(environ)
+        self._plain = httpx.HTTPTransport(verify=False, trust_env=False, limits=limits)  # never speaks TLS
+        self._tls = _LazyTLSSync(limits)
+        self._proxied: dict[str, httpx.HTTPTransport] = {}
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        proxy = env_proxy(request.url, self._environ)
+        if proxy is None:
+            direct = self._tls if request.url.scheme == "https" else self._plain
+            return direct.handle_request(request)
+        if proxy not in self._proxied:
+            # TLS to the target through a CONNECT tunnel (or to an https:// proxy) is verified as always.
+            self._proxied[proxy] = httpx.HTTPTransport(proxy=proxy, verify=_tls_context(), trust_env=False,
+                                                       limits=self._limits)
+        return self._proxied[proxy].handle_request(request)
+
+    def close(self) -> None:
+        for transport in (self._plain, self._tls, *self._proxied.values()):
+            transport.close()
+
+
 def _timeout(connect_timeout_s: float, read_timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(read_timeout_s, connect=connect_timeout_s, write=read_timeout_s, pool=connect_timeout_s)
 
@@ -168,9 +271,15 @@ def sync_client(*, transport: httpx.BaseTransport | None = None,
                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
                 headers: Mapping[str, str] | None = None,
-                limits: httpx.Limits | None = None) -> httpx.Client:
-    """A sync client for the bounded helpers below; close it (``close`` or ``with``)."""
+                limits: httpx.Limits | None = None,
+                proxy_from_env: bool = False, environ: Mapping[str, str] | None = None) -> httpx.Client:
+    """A sync client for the bounded helpers below; close it (``close`` or ``with``).
+
+    ``proxy_from_env``: calls to hosts beyond the LAN go through the proxy ``environ`` (default:
+    this process's environment) names, as the module docstring says."""
     limits = limits or httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+    if transport is None and proxy_from_env:
+        transport = _EnvProxied(limits, os.environ if environ is None else environ)
     mounts: dict[str, httpx.BaseTransport | None] | None = (
         None if transport is not None else {"https://": _LazyTLSSync(limits)})
     return httpx.Client(transport=transport, mounts=mounts, verify=False, limits=limits,

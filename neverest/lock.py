@@ -26,6 +26,7 @@ from typing import Final
 from neverest.paths import LOCK_FILE
 
 MAX_HOLDER_BYTES: Final = 4096  # what is read of another holder's description
+LISTENING: Final = "listening on "  # the daemon's description once it listens: + its addresses, comma-separated
 
 
 class AlreadyRunning(Exception):

@@ -6,7 +6,7 @@ module invents a path.
 
 A mistyped ``--home`` must not silently start a second memory with a new identity,
 so only two things create a home: the default location (``~/.neverest``, made on
-first use) and ``neverestctl init``.  A home named by ``--home`` or
+first use, also when ``--home`` or ``$NEVEREST_HOME`` names it) and ``neverestctl init``.  A home named by ``--home`` or
 ``$NEVEREST_HOME`` must already exist; an existing *empty* folder counts (it is a
 home waiting for its first use), and so does a folder holding any of the files a
 memory writes.  A folder holding other things is refused: it is most likely a
@@ -66,7 +66,11 @@ def find_home(flag: str | os.PathLike[str] | None = None, env: Mapping[str, str]
               init: bool = False) -> Path:
     """The home chosen by flag, environment or default, opened: created only when it is the default
     location or ``init`` asks for it.  Raises HomeError."""
-    return open_home(resolve_home(flag, env), create=init or is_default(flag, env))
+    home = resolve_home(flag, env)
+    # The default location is no typo however it is named: NEVEREST_HOME=~/.neverest creates it as
+    # leaving NEVEREST_HOME unset does.
+    default = os.path.abspath(Path(DEFAULT_HOME).expanduser()) == os.path.abspath(home)
+    return open_home(home, create=init or default or is_default(flag, env))
 
 
 def _is_home(path: Path) -> bool:

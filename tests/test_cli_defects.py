@@ -55,15 +55,15 @@ def test_a_port_in_use_is_one_line(home: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_output_closed_early_is_one_line_not_a_traceback(home: Path, tmp_path: Path) -> None:
+def test_output_closed_early_is_quiet_not_a_traceback(home: Path, tmp_path: Path) -> None:
     records = (Path(__file__).parent / "vectors" / "records.jsonl").read_bytes().splitlines()
     many = tmp_path / "many.jsonl"
     many.write_bytes(b"\n".join(records * 400) + b"\n")
     done = subprocess.run(f"{sys.executable} -m neverest.ctl verify {many} | head -n 1; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60)
     assert done.stdout.count("\n") == 1
-    assert "Traceback" not in done.stderr and "output was closed" in done.stderr
-    assert done.returncode == 1
+    assert done.stderr == ""  # as `yes | head`: the reader went away, nothing to say
+    assert done.returncode == 141  # 128 + SIGPIPE, what the shell reports for a Unix tool
 
 
 def test_home_is_accepted_after_the_command(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

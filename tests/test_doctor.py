@@ -19,7 +19,7 @@ import nacl.signing
 import pytest
 
 from neverest.clock import iso
-from neverest.commands.doctor import add_parser, cmd_doctor
+from neverest.commands.doctor import add_parser, check_port, cmd_doctor
 from neverest.config import Config
 from neverest.control import running
 from neverest.identity import load_or_create
@@ -196,6 +196,37 @@ def test_a_running_daemon_and_its_port(home: Path, capsys: pytest.CaptureFixture
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def test_a_daemon_started_with_its_own_listen_and_no_mdns_is_reported_as_it_runs(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # config.toml says one port and zeroconf on; the daemon was started with --listen elsewhere and --no-mdns.
+    configured, actual = free_port(), free_port()
+    (home / "config.toml").write_text(f'listen = "127.0.0.1:{configured}"\nmdns = true\n')
+    env = {k: v for k, v in os.environ.items() if k != "NEVEREST_NOW"}
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--no-mdns",
+                             "--listen", f"127.0.0.1:{actual}"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not running(home):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        status, checks = doctor(home, capsys)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert status == 0 and checks["port"]["status"] == "ok"
+    message = checks["port"]["message"]
+    assert message.startswith(f"http://127.0.0.1:{actual} is held by this memory's daemon, started with --listen")
+    assert f"127.0.0.1:{configured} is free" not in message
+    assert "zeroconf off" in checks["peers"]["message"]
+
+
+def test_where_a_daemon_that_does_not_answer_listens_is_read_from_its_lock_file(home: Path) -> None:
+    (home / "daemon.lock").write_text(json.dumps({"pid": os.getpid(), "since": "2026-03-01T12:00:00Z",
+                                                  "about": "listening on http://127.0.0.1:7999"}) + "\n")
+    check = check_port(Config(listen="127.0.0.1:7428"), None, home)
+    assert check.status == "ok" and check.message.startswith("http://127.0.0.1:7999 is held by this memory's daemon")
 
 
 def test_the_subcommand_parses() -> None:

@@ -153,12 +153,13 @@ def test_same_agent_session_kind_and_title_is_stored_once(store: Store) -> None:
     other_session = {**first, "session": "t"}
     other_agent = {**first, "agent": "b"}
     result = ingest(store, [first, again, other_session, other_agent], now=NOW)
-    assert (result.stored, result.duplicates) == (3, 1)
+    # The same event again in one input is a repeat: nothing was held before it.
+    assert (result.stored, result.duplicates, result.repeats) == (3, 0, 1)
     assert rows(store, "happened", "session", "agent") == [("EACCES", "s", "a"), ("EACCES", "t", "a"),
                                                             ("EACCES", "s", "b")]
     # A later call sees the stored event as a duplicate too.
     assert ingest(store, [first], now=NOW + timedelta(days=1)).to_json() == {
-        "stored": 0, "duplicates": 1, "refused": []}
+        "stored": 0, "duplicates": 1, "repeats": 0, "refused": []}
 
 
 def test_two_untitled_corrections_in_one_session_are_both_stored(store: Store) -> None:
@@ -166,7 +167,7 @@ def test_two_untitled_corrections_in_one_session_are_both_stored(store: Store) -
               {"kind": "correction", "said": "stop, run the tests first", "session": "s"},
               {"kind": "correction", "said": "no, the other file", "session": "s"}]
     result = ingest(store, events, now=NOW)
-    assert (result.stored, result.duplicates) == (2, 1)
+    assert (result.stored, result.duplicates, result.repeats) == (2, 0, 1)
 
 
 def test_id_is_blake2b_of_agent_session_kind_key() -> None:

@@ -123,7 +123,8 @@ def _run(home: Path, *argv: str) -> int:
 
 def test_the_forget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _filled(tmp_path).close()
-    _run(tmp_path, "forget", "--session", "nobody")  # renders the files as they stand
+    with pytest.raises(UsageError, match="no episode is of the session 'nobody'"):
+        _run(tmp_path, "forget", "--session", "nobody")  # forgets nothing, and renders the files as they stand
     assert "learned here from 2 episode(s)" in (tmp_path / "lessons.md").read_text()
     capsys.readouterr()
     for bad in ([], ["--session", "s1", "--before", "2026-03-03"]):

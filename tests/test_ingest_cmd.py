@@ -110,3 +110,34 @@ def test_the_daemons_pass_and_sleep_touch_only_the_agents_wired(tmp_path: Path) 
             memory.render()
         written = (claude / "-home-ann-shop" / "memory" / "MEMORY.md").exists()
         assert written == ("claude-code" in agents)
+
+
+SESSIONS = Path(__file__).parent / "data" / "sessions"
+
+
+@pytest.mark.parametrize("batch", [1000, 7])  # one flush, and many (a repeat in a later flush than its event)
+def test_a_first_ingest_into_an_empty_store_holds_nothing_already(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        batch: int) -> None:
+    from neverest.agents import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "BATCH_EVENTS", batch)
+    claude, codex = SESSIONS / "claude", SESSIONS / "codex" / "sessions"
+    assert run(home, "ingest", "--claude", str(claude), "--codex", str(codex), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    # Events that repeat one met earlier in the run (the same error again in a session, an error again
+    # with what worked) are repeats, not episodes "already held": the store was empty.
+    assert report["duplicates"] == 0 and report["refused"] == 0
+    assert report["stored"] + report["repeats"] == sum(report["detected"].values())
+    assert report["repeats"] >= report["detected"]["worked"] > 0
+    assert run(home, "episodes", "--json", "--limit", "100000") == 0
+    assert len(capsys.readouterr().out.splitlines()) == report["stored"]
+
+    # A session file seen again under another name: its events were held before this run.
+    again = tmp_path / "again"
+    again.mkdir()
+    [first] = sorted(claude.rglob("*.jsonl"))[:1]
+    (again / first.name).write_bytes(first.read_bytes())
+    assert run(home, "ingest", "--claude", str(again)) == 0
+    out = capsys.readouterr().out
+    assert "; 0 episodes stored" in out and " 0 already held" not in out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -120,3 +120,31 @@ def test_the_table_and_a_bad_days_value(home: Path, monkeypatch: pytest.MonkeyPa
     assert "2026-06-02" in out and " 50% of 2" in out and "2026-06-01" not in out
     assert main(["measure", "--days", "0"]) == 2
     assert os.environ["NEVEREST_HOME"] == str(home)
+
+
+def test_many_days_are_bounded_by_what_the_memory_holds(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _day_store(home, monkeypatch)
+    monkeypatch.setenv("NEVEREST_NOW", iso(DAY3 + timedelta(days=10)))
+    capsys.readouterr()
+    assert main(["measure", "--days", "500", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    # From the first day with something to measure (2026-06-01) to today: 13 days, not 500.
+    assert result["total"]["from"] == "2026-06-01" and len(result["days"]) == 13
+    assert main(["measure", "--days", "500"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    days = [line.split()[0] for line in lines[1:] if line[:4].isdigit()]
+    assert days == ["2026-06-01", "2026-06-02", "2026-06-03"]  # only the days with something measured
+    assert "13 day(s), 2026-06-01 to 2026-06-13: nothing to measure before 2026-06-01" in lines[-2]
+    assert "10 day(s) with nothing to measure not shown" in lines[-2] and len(lines) == 7
+    assert main(["measure", "--days", "100000"]) == 2
+    assert "--days 100000: give a number of days from 1 to 3660" in capsys.readouterr().err
+
+
+def test_an_empty_memory_has_nothing_to_measure(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("NEVEREST_NOW", iso(DAY3))
+    assert main(["measure", "--days", "500"]) == 0
+    assert capsys.readouterr().out.startswith("nothing to measure in the last 500 day(s)")
+    assert main(["measure", "--days", "500", "--json"]) == 0
+    assert [d["day"] for d in json.loads(capsys.readouterr().out)["days"]] == ["2026-06-03"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import stat
 from pathlib import Path
@@ -67,6 +68,20 @@ def test_only_the_default_location_is_created_on_first_use(tmp_path: Path, monke
     assert not (tmp_path / "env-home").exists() and not (tmp_path / "flag-home").exists()
     assert find_home(str(tmp_path / "flag-home"), {}, init=True).is_dir()
     assert find_home(None, {"NEVEREST_HOME": str(tmp_path / "env-home")}, init=True).is_dir()
+
+
+@pytest.mark.parametrize("named", ["{home}/.neverest", "~/.neverest", "{home}/.neverest/", "{home}/./.neverest"])
+def test_the_default_location_named_by_neverest_home_is_created_as_the_default_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], named: str) -> None:
+    from neverest.ctl import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NEVEREST_HOME", named.format(home=tmp_path))
+    assert main(["status", "--json"]) == 0, capsys.readouterr().err
+    assert (tmp_path / ".neverest").is_dir() and mode(tmp_path / ".neverest") == 0o700
+    shutil.rmtree(tmp_path / ".neverest")  # and named by --home
+    assert find_home(named.format(home=tmp_path), {}) == Path(named.format(home=tmp_path)).expanduser()
+    assert (tmp_path / ".neverest").is_dir()
 
 
 def test_an_open_home_is_private_whatever_its_mode_before(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ Each node is the daemon's own ``Gossip`` service behind the daemon's own listene
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
@@ -20,8 +21,9 @@ import msgpack
 import pytest
 import trio
 
-from neverest.clock import FixedClock
+from neverest.clock import FixedClock, iso
 from neverest.config import Config
+from neverest.ctl import main
 from neverest.gossip import http, peer_auth
 from neverest.gossip.codec import MAX_MESSAGE_BYTES, NONCE_BYTES, MessageType, decode, encode
 from neverest.gossip.core import Initiator
@@ -137,6 +139,21 @@ async def test_peers_are_learned_from_peers_and_inbound_peers_recorded(start: St
     assert results[c.url]["error"] is None and results[c.url]["peer"] == c.origin
     assert a.peers()[c.url].origin == c.origin
     assert [r for node in (a, b, c) for r in node.refusals()] == []
+
+
+async def test_peer_list_shows_a_peer_that_gossiped_in_with_its_origin_and_when_it_was_seen(
+        start: Start, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = await start("a", 1), await start("b", 2)
+    a.add(b)
+    assert (await a.gossip.round(fanout=3))[0]["error"] is None
+    capsys.readouterr()
+    assert main(["--home", str(b.gossip.home), "peer", "list"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.split()[:3] == [a.url, a.origin, "inbound"]
+    assert "origin not known yet" not in line and f"last seen {iso(NOW)}" in line
+    assert main(["--home", str(b.gossip.home), "peer", "list", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["origin"], row["last_seen"], row["peer_last_seen"]) == (a.origin, None, iso(NOW))
 
 
 # -- hostile peers -------------------------------------------------------------------------

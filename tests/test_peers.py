@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from neverest.clock import iso
 from neverest.ctl import main
 from neverest.memory.store import open_store
 from neverest.peers import table
@@ -167,7 +168,9 @@ def test_an_inbound_peer_is_recorded_with_where_it_listens(tmp_path: Path) -> No
         assert not table.inbound(db, "c3" * 8, "http://127.0.0.1:7301", NOW)  # known: nothing changes
         assert not table.inbound(db, "d4" * 8, None, NOW)  # did not say where it listens
         [a] = table.listing(db)
-        assert (a.url, a.source, a.origin) == ("http://127.0.0.1:7301", "inbound", None)
+        # The peer named its own address in a request it signed: the address takes its origin at once.
+        assert (a.url, a.source, a.origin) == ("http://127.0.0.1:7301", "inbound", "c3" * 8)
+        assert (a.last_seen, a.peer_seen, a.heard) == (None, iso(NOW), iso(NOW))
         peers = dict(db.execute("SELECT origin, source FROM peers").fetchall())
         assert peers == {"c3" * 8: "inbound", "d4" * 8: "inbound"}
 

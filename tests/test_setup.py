@@ -281,3 +281,77 @@ def test_nothing_of_an_agent_is_read_or_written_before_setup_and_undo_takes_the_
     assert f"Neverest's section taken back: {memory_file}" in out
     assert not memory_file.exists()  # it held nothing else
     assert _snapshot(machine) == before
+
+
+# A settings.json as a person keeps it: three-space indentation, " : " after some keys, an escaped
+# character, numbers written their way, empty lists, and keys in their own order.
+UNUSUAL = b"""{
+   "model" : "opus",
+   "env": {"LANG": "fr_FR.UTF-8", "NOTE": "caf\\u00e9"},
+   "permissions": {
+      "allow": [
+         "Bash(ls:*)",
+         "Read(~/src/**)"
+      ],
+      "deny": []
+   },
+   "hooks": {
+      "PreToolUse": [
+         {
+            "matcher": "Bash",
+            "hooks": [ { "type": "command", "command": "~/bin/guard.sh", "timeout": 5.0 } ]
+         }
+      ],
+      "Notification": []
+   },
+   "cleanupPeriodDays": 1e2,
+   "includeCoAuthoredBy": false
+}
+"""
+TABBED = b'{\n\t"numStartups": 7,\n\t"projects": {\n\t\t"/x": {"allowedTools": []}\n\t}\n}'
+
+
+def _only_added(before: bytes, after: bytes) -> bool:
+    """Whether ``after`` is ``before`` with text inserted and nothing changed or taken away."""
+    rest = iter(after)
+    return all(byte in rest for byte in before)
+
+
+def test_setup_changes_only_what_it_adds_and_keeps_the_persons_formatting(machine: Path) -> None:
+    settings, claude = machine / ".claude" / "settings.json", machine / ".claude.json"
+    settings.write_bytes(UNUSUAL)
+    claude.write_bytes(TABBED)
+    env = _env(machine)
+    apply(env, plan(env))
+    added = settings.read_bytes()
+    assert _only_added(UNUSUAL, added) and added.startswith(UNUSUAL[:UNUSUAL.index(b"         }\n      ],")])
+    for kept in (b'"NOTE": "caf\\u00e9"', b'"cleanupPeriodDays": 1e2', b'"timeout": 5.0 } ]', b'"deny": []',
+                 b'"Notification": []'):
+        assert kept in added
+    new_lines = set(added.decode().splitlines()) - set(UNUSUAL.decode().splitlines())
+    # What setup added is written as the file is: three spaces a level, " : " as its first key has it.
+    assert new_lines and all((len(line) - len(line.lstrip(" "))) % 3 == 0 for line in new_lines)
+    assert '            "matcher" : "*",' in new_lines
+    data = json.loads(added)
+    assert data["hooks"]["PreToolUse"][0]["matcher"] == "Bash" and data["cleanupPeriodDays"] == 100
+    assert list(data) == ["model", "env", "permissions", "hooks", "cleanupPeriodDays", "includeCoAuthoredBy"]
+    assert list(data["hooks"])[:2] == ["PreToolUse", "Notification"]
+    tabbed = claude.read_bytes()
+    assert _only_added(TABBED, tabbed) and b'\n\t"mcpServers": {\n\t\t"neverest": {\n\t\t\t"type": "stdio",' in tabbed
+
+    assert plan(env).changes == []  # a second run changes nothing
+    undo(env)
+    assert settings.read_bytes() == UNUSUAL and claude.read_bytes() == TABBED
+
+
+def test_undo_after_the_person_edited_the_file_takes_out_only_ours_byte_for_byte(machine: Path) -> None:
+    settings, claude = machine / ".claude" / "settings.json", machine / ".claude.json"
+    settings.write_bytes(UNUSUAL)
+    env = _env(machine)
+    apply(env, plan(env))
+    # The person changes their model after setup; Claude Code rewrites its own file compactly.
+    settings.write_bytes(settings.read_bytes().replace(b'"model" : "opus"', b'"model" : "sonnet"'))
+    claude.write_bytes(claude.read_bytes().replace(b'"numStartups": 42', b'"numStartups": 43'))
+    undo(env)
+    assert settings.read_bytes() == UNUSUAL.replace(b'"model" : "opus"', b'"model" : "sonnet"')
+    assert claude.read_bytes() == CLAUDE_JSON.replace(b'"numStartups": 42', b'"numStartups": 43')

@@ -69,7 +69,9 @@ class IngestReport:
     lines: Counter[str] = field(default_factory=Counter)
     detected: Counter[str] = field(default_factory=Counter)
     stored: int = 0
-    duplicates: int = 0
+    duplicates: int = 0   # held before this run (a file read again from the start)
+    repeats: int = 0      # an event met earlier in this run: the same one again in its session, or an
+    #                       error again with what worked (it fills the episode in)
     refused: int = 0
     refusals: list[str] = field(default_factory=list)
 
@@ -77,7 +79,8 @@ class IngestReport:
         return {"files": self.files, "read": self.read, "reread": self.reread, "vanished": self.vanished,
                 "unreadable": self.unreadable, "bytes": self.bytes, "turns": self.turns,
                 "lines": dict(sorted(self.lines.items())), "detected": dict(sorted(self.detected.items())),
-                "stored": self.stored, "duplicates": self.duplicates, "refused": self.refused,
+                "stored": self.stored, "duplicates": self.duplicates, "repeats": self.repeats,
+                "refused": self.refused,
                 "refusals": self.refusals}
 
 
@@ -129,14 +132,18 @@ class _Run:
         self.memory = memory
         self.report = IngestReport()
         self.events: list[dict[str, Any]] = []
+        # The ids of the events of this run: one set across the flushes, so that an event met again
+        # later in the run is a repeat, not "already held" (a few dozen bytes per event detected).
+        self.seen: set[str] = set()
         self.cursors: dict[str, str] = {}
         self.known = queries.cursors(memory.store.db)
 
     def flush(self) -> None:
         if self.events:
-            result = self.memory.ingest(self.events)
+            result = self.memory.ingest(self.events, seen=self.seen)
             self.report.stored += result.stored
             self.report.duplicates += result.duplicates
+            self.report.repeats += result.repeats
             self.report.refused += len(result.refused)
             room = MAX_REFUSALS_SHOWN - len(self.report.refusals)
             self.report.refusals.extend(reason for _, reason in result.refused[:max(room, 0)])

@@ -127,7 +127,11 @@ def known(items: Sequence[queries.Said], lessons: Iterable[queries.LessonVector]
 
 
 def measure(memory: Memory, *, days: int, until: date | None = None) -> dict[str, Any]:
-    """The rates of the ``days`` UTC days ending with ``until`` (default: today), and their total."""
+    """The rates of the ``days`` UTC days ending with ``until`` (default: today), and their total.
+
+    The days start no earlier than the first day the memory holds something to measure (a
+    correction, an error or a resolved prediction): a young memory asked for 500 days has no
+    500 days to show.  At least the last day is always there."""
     last = until or memory.clock.now().date()
     first = last - timedelta(days=days - 1)
     since = iso(datetime(first.year, first.month, first.day, tzinfo=memory.clock.now().tzinfo))
@@ -138,6 +142,13 @@ def measure(memory: Memory, *, days: int, until: date | None = None) -> dict[str
         lessons = queries.lesson_vectors(db)
         resolved = queries.resolved_predictions(db, since)
         split = queries.injection_sessions(db)
+    held_from = min([items[0].at[:10] for items in (corrections, errors) if items] + [at[:10] for at, _ in resolved],
+                    default=None)
+    if held_from is not None:
+        first = max(first, min(date.fromisoformat(held_from), last))
+    else:
+        first = last
+    days = (last - first).days + 1
     by_day = {first + timedelta(days=i): _new_day(split is not None) for i in range(days)}
     total = _new_day(split is not None)
 

@@ -14,7 +14,9 @@
   nothing of an agent's is touched before setup (``neverestctl ingest --claude DIR`` by hand still
   reads what it is given), and ``--undo`` takes the consent back with the rest.
 
-Every file is merged into, never rewritten from scratch: a key that was there stays.  The first
+Every file is merged into, never rewritten from scratch: a key that was there stays, and a JSON
+file is edited as text (``jsontext``), so only what Neverest adds changes: the person's
+indentation, key order, escapes and numbers stay as they wrote them.  The first
 time setup changes a file it keeps the original bytes (or that it did not exist) in the home's
 ``setup`` folder with a manifest; ``--undo`` puts each file back byte for byte when nobody
 changed it since, or else removes only Neverest's entries from it (the agents rewrite their own
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from neverest.agents import jsontext
 from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.files import atomic_write
 from neverest.paths import CONFIG_FILE
@@ -143,24 +146,82 @@ def _is_our_hook(entry: object) -> bool:
         Path(a).name == "neverestctl" or a == "neverest.ctl" for a in argv)
 
 
-def _without_our_hooks(hooks: dict[str, Any]) -> None:
+def _without_our_hooks(hooks: dict[str, Any], keep: tuple[str, ...] = ()) -> None:
+    """Take Neverest's hooks out of ``hooks``: a group left with none goes, and so does an event left
+    with no group (unless it is in ``keep``: setup adds to it again).  What held none of ours is
+    left as it is, empty lists included."""
     for event in list(hooks):
         groups = hooks[event]
         if not isinstance(groups, list):
             continue
         kept = []
+        touched = False
         for group in groups:
             if isinstance(group, dict) and isinstance(group.get("hooks"), list):
                 ours = [h for h in group["hooks"] if _is_our_hook(h)]
                 if ours:
+                    touched = True
                     group = {**group, "hooks": [h for h in group["hooks"] if not _is_our_hook(h)]}
                     if not group["hooks"]:
                         continue
             kept.append(group)
-        if kept:
+        if not touched:
+            continue
+        if kept or event in keep:
             hooks[event] = kept
         else:
             del hooks[event]
+
+
+def _first_of_ours(text: str, hooks: jsontext.Node) -> tuple[int, int, int] | None:
+    """Where the first of Neverest's hooks is in the text: (event, group, hook) indexes."""
+    for e, (_, _, groups) in enumerate(hooks.members):
+        for g, group in enumerate(groups.items if groups.kind == "array" else []):
+            inner = group.member("hooks") if group.kind == "object" else None
+            for h, item in enumerate(inner.items if inner is not None and inner.kind == "array" else []):
+                if _is_our_hook(json.loads(text[item.start:item.end])):
+                    return e, g, h
+    return None
+
+
+def _our_hooks_taken_out(text: str, *, keep: tuple[str, ...], drop_empty_hooks: bool) -> str:
+    """``_without_our_hooks`` on the file's text, one hook at a time, every other byte kept; and the
+    "hooks" object itself when it is left empty and ``drop_empty_hooks``."""
+    while True:
+        root = jsontext.parse(text)
+        hooks = root.member("hooks")
+        found = _first_of_ours(text, hooks) if hooks is not None and hooks.kind == "object" else None
+        if hooks is None or found is None:
+            return text
+        e, g, h = found
+        event, _, groups = hooks.members[e]
+        inner = groups.items[g].member("hooks")
+        assert inner is not None
+        if not all(_is_our_hook(json.loads(text[i.start:i.end])) for i in inner.items):
+            text = jsontext.remove(text, inner, h)  # the group keeps the person's hooks
+        elif len(groups.items) > 1 or event in keep:
+            text = jsontext.remove(text, groups, g)  # the group held only ours
+        elif len(hooks.members) > 1 or not drop_empty_hooks:
+            text = jsontext.remove(text, hooks, e)  # the event held only that group
+        else:
+            index = root.index("hooks")
+            assert index is not None
+            text = jsontext.remove(text, root, index)
+
+
+def _edited(content: bytes, expected: dict[str, Any], edit: Callable[[str], str]) -> bytes:
+    """``content`` changed by ``edit`` (``jsontext``: only what Neverest adds or takes out changes, the
+    person's indentation, key order, escapes and numbers stay); checked to hold ``expected``.  A file
+    the text edit cannot follow (a key given twice, UTF-16) is written anew from ``expected``."""
+    try:
+        text = content.decode("utf-8")
+        bom = "\ufeff" if text.startswith("\ufeff") else ""
+        new = bom + edit(text[len(bom):])
+        if json.loads(new[len(bom):]) == expected:
+            return new.encode("utf-8")
+    except (ValueError, KeyError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        pass
+    return _dump_json(expected)
 
 
 def hooks_added(content: bytes | None, path: Path, command: str) -> bytes | None:
@@ -169,32 +230,48 @@ def hooks_added(content: bytes | None, path: Path, command: str) -> bytes | None
     if not isinstance(hooks, dict):
         raise SetupError(f"{path}: \"hooks\" is not an object; setup will not touch it")
     wanted = copy.deepcopy(hooks)
-    _without_our_hooks(wanted)
+    _without_our_hooks(wanted, keep=HOOK_EVENTS)
+    groups: dict[str, dict[str, Any]] = {}
     for event in HOOK_EVENTS:
-        groups = wanted.setdefault(event, [])
-        if not isinstance(groups, list):
+        listed = wanted.setdefault(event, [])
+        if not isinstance(listed, list):
             raise SetupError(f"{path}: hooks.{event} is not a list; setup will not touch it")
-        group: dict[str, Any] = {"matcher": "*"} if event in TOOL_EVENTS else {}
-        groups.append(group | {"hooks": [{"type": "command", "command": command}]})
+        groups[event] = ({"matcher": "*"} if event in TOOL_EVENTS else {}) | {
+            "hooks": [{"type": "command", "command": command}]}
+        listed.append(groups[event])
     if wanted == hooks:
         return content
-    return _dump_json(data | {"hooks": wanted})
+    expected = data | {"hooks": wanted}
+    if content is None or not content.strip():
+        return _dump_json(expected)
+
+    def edit(text: str) -> str:
+        text = _our_hooks_taken_out(text, keep=HOOK_EVENTS, drop_empty_hooks=False)
+        root = jsontext.parse(text)
+        if root.member("hooks") is None:
+            return jsontext.add(text, root, {event: [groups[event]] for event in HOOK_EVENTS}, "hooks", root=root)
+        for event in HOOK_EVENTS:
+            hooks_node = root.member("hooks")
+            assert hooks_node is not None
+            listed = hooks_node.member(event)
+            text = jsontext.add(text, hooks_node, [groups[event]], event, root=root) if listed is None else \
+                jsontext.add(text, listed, groups[event], root=root)
+            root = jsontext.parse(text)
+        return text
+    return _edited(content, expected, edit)
 
 
 def hooks_removed(content: bytes | None, path: Path) -> bytes | None:
     data = _json_object(content, path)
     hooks = data.get("hooks")
-    if not isinstance(hooks, dict):
+    if content is None or not isinstance(hooks, dict):
         return content
     left = copy.deepcopy(hooks)
     _without_our_hooks(left)
     if left == hooks:
         return content
-    if left:
-        data["hooks"] = left
-    else:
-        del data["hooks"]
-    return _dump_json(data)
+    expected = {k: v for k, v in data.items() if k != "hooks"} | ({"hooks": left} if left else {})
+    return _edited(content, expected, lambda text: _our_hooks_taken_out(text, keep=(), drop_empty_hooks=True))
 
 
 def server_added(content: bytes | None, path: Path, server: dict[str, Any]) -> bytes | None:
@@ -204,17 +281,33 @@ def server_added(content: bytes | None, path: Path, server: dict[str, Any]) -> b
         raise SetupError(f"{path}: \"mcpServers\" is not an object; setup will not touch it")
     if servers.get(SERVER) == server:
         return content
-    data["mcpServers"] = servers | {SERVER: server}
-    return _dump_json(data)
+    expected = data | {"mcpServers": servers | {SERVER: server}}
+    if content is None or not content.strip():
+        return _dump_json(expected)
+
+    def edit(text: str) -> str:
+        root = jsontext.parse(text)
+        node = root.member("mcpServers")
+        if node is None:
+            return jsontext.add(text, root, {SERVER: server}, "mcpServers", root=root)
+        return jsontext.set_member(text, node, SERVER, server)
+    return _edited(content, expected, edit)
 
 
 def server_removed(content: bytes | None, path: Path) -> bytes | None:
     data = _json_object(content, path)
     servers = data.get("mcpServers")
-    if not isinstance(servers, dict) or SERVER not in servers:
+    if content is None or not isinstance(servers, dict) or SERVER not in servers:
         return content
-    del servers[SERVER]
-    return _dump_json(data)
+    expected = data | {"mcpServers": {k: v for k, v in servers.items() if k != SERVER}}
+
+    def edit(text: str) -> str:
+        node = jsontext.parse(text).member("mcpServers")
+        index = node.index(SERVER) if node is not None else None
+        if node is None or index is None:
+            raise KeyError(SERVER)
+        return jsontext.remove(text, node, index)
+    return _edited(content, expected, edit)
 
 
 # -- Codex's TOML, edited as text ----------------------------------------------------------------

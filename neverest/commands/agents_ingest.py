@@ -37,7 +37,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         skipped = sum(n for reason, n in report.lines.items() if reason not in ("used", "blank"))
         print(f"{report.files} session files, {report.read} read, {report.turns} turns; "
-              f"{report.stored} episodes stored, {report.duplicates} already held, {report.refused} refused; "
+              f"{report.stored} episodes stored"
+              + (f" ({report.repeats} events repeated one of them in its session)" if report.repeats else "")
+              + f", {report.duplicates} already held, {report.refused} refused; "
               f"{skipped} lines skipped" + (f"; {report.vanished} vanished" if report.vanished else ""))
         for problem in report.unreadable:
             print(f"unreadable: {problem}")

@@ -177,16 +177,29 @@ def _pct(value: float | None) -> str:
     return "   -" if value is None else f"{100 * value:3.0f}%"
 
 
+MAX_DAYS = 3660  # ten years: more is a typo, not a question a memory can answer
+
+
+def _measured(day: dict[str, Any]) -> bool:
+    return bool(day["corrections"] or day["errors"] or day["predictions_resolved"])
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
-    if not 1 <= args.days <= 3660:
-        raise UsageError("--days must be between 1 and 3660")
+    if not 1 <= args.days <= MAX_DAYS:
+        raise UsageError(f"--days {args.days}: give a number of days from 1 to {MAX_DAYS} (ten years)")
     with open_memory(args) as memory:
         result = measure(memory, days=args.days)
     if args.json:
         print(json.dumps(result))
         return 0
+    # Only the days with something measured: a table of empty days says nothing.
+    shown = [day for day in result["days"] if _measured(day)]
+    if not shown:
+        print(f"nothing to measure in the last {args.days} day(s): no correction, error or resolved prediction "
+              "was remembered (they come from the agents' sessions and the nightly sleep)")
+        return 0
     print("day         repeat-yourself   repeated errors   predictions confirmed")
-    for day in [*result["days"], {"day": "total"} | result["total"]]:
+    for day in [*shown, {"day": "total"} | result["total"]]:
         print(f"{day['day']:<11} {_pct(day['repeat_rate'])} of {day['corrections']:<6}  "
               f"{_pct(day['repeated_error_rate'])} of {day['errors']:<6}  "
               f"{_pct(day['prediction_accuracy'])} of {day['predictions_resolved']}")
@@ -195,6 +208,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
                 rates = day[group]
                 print(f"  {group.replace('_', ' '):<9} {_pct(rates['repeat_rate'])} of {rates['corrections']:<6}  "
                       f"{_pct(rates['repeated_error_rate'])} of {rates['errors']}")
+    total, counted = result["total"], len(result["days"])
+    print(f"{counted} day(s), {total['from']} to {total['to']}"
+          + (f": nothing to measure before {total['from']}" if counted < args.days else "")
+          + (f"; {counted - len(shown)} day(s) with nothing to measure not shown" if counted > len(shown) else ""))
     if result["split"] != "available":
         print(f"injected against held-out sessions: {result['split']}")
     return 0

@@ -3,7 +3,8 @@ opened here, and the running daemon asked instead when there is one.
 
 Exit statuses, one rule for every command: 0 success; 1 the command ran and failed (a
 refused record, an unreachable peer, a locked store, a daemon that failed); 2 a usage
-error (a bad flag, a missing home, an argument that cannot be right).
+error (a bad flag, a missing home, an argument that cannot be right); 141, with nothing
+printed, when the reader of the output went away (``| head``), as for a Unix tool.
 """
 
 from __future__ import annotations

@@ -39,6 +39,14 @@ def cmd_forget(args: argparse.Namespace) -> int:
         with open_memory(args) as memory:
             # The service re-renders: lessons.md and the others no longer count what was forgotten.
             result = memory.forget(episode=args.episode, session=args.session, before=before)
+    # An id or a session that names nothing is a typo, not a success (a date before everything is not:
+    # there was just nothing that old).  Nothing matched, so nothing was deleted.
+    if not result["episodes"] and args.episode is not None:
+        raise UsageError(f"no episode has the id {args.episode!r}: nothing was forgotten "
+                         "(`neverestctl episodes` lists the episodes and their ids)")
+    if not result["episodes"] and args.session is not None:
+        raise UsageError(f"no episode is of the session {args.session!r}: nothing was forgotten "
+                         "(`neverestctl episodes` lists the episodes and their sessions)")
     if args.json:
         print(json.dumps(result))
     else:

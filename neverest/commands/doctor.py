@@ -14,8 +14,10 @@ What is checked:
 - key: identity.key exists, is private (0600), belongs to this user and holds a seed;
 - store: memory.db opens, its schema version is this release's, ``PRAGMA quick_check`` is ok;
 - daemon: one answers on the control socket (not running is a warning);
-- port: the configured listen port is free, or held by this memory's daemon;
-- peers: how many addresses are known and how many are healthy;
+- port: where the running daemon listens (its status, else what it wrote in its lock file): a
+  daemon started with ``--listen`` listens elsewhere than config.toml says; with no daemon, the
+  configured listen port is free;
+- peers: how many addresses are known and how many are healthy (zeroconf as the running daemon has it);
 - clock: no daemon or peer reports time, so the evidence is what peers sent.  Records
   signed more than ``future_tolerance_s`` (10 minutes) ahead of this clock are refused
   as ``future``, and gossip requests outside the allowed skew as ``stale``: any such
@@ -41,7 +43,7 @@ from neverest.clock import clock_from_env, iso, parse_time
 from neverest.config import Config, ConfigError, config_warnings, load_config
 from neverest.control import ControlError, ask
 from neverest.identity import IdentityError, load_or_create
-from neverest.lock import read_holder
+from neverest.lock import LISTENING, read_holder
 from neverest.memory import holdings
 from neverest.memory.store import SCHEMA_VERSION, integrity_problems, open_read_only, schema_version
 from neverest.paths import HOME_MARKERS, KEY_FILE, PRIVATE_UMASK, STORE_FILE, resolve_home
@@ -187,7 +189,31 @@ def check_daemon(home: Path) -> tuple[Check, dict[str, Any] | None]:
                  f"up {status.get('uptime_s', '?')} s)"), status
 
 
-def check_port(config: Config, daemon: dict[str, Any] | None) -> Check:
+def _listening(home: Path, daemon: dict[str, Any] | None) -> list[str] | None:
+    """Where this memory's daemon listens: its status says, else the description it wrote in its lock
+    file (a daemon that holds the home but does not answer); None when no daemon is known to run."""
+    listen = daemon.get("listen") if daemon is not None else None
+    if isinstance(listen, list) and listen:
+        return [str(a) for a in listen]
+    holder = read_holder(home)
+    if holder is None or holder.pid is None or not _alive(holder.pid) or not holder.about.startswith(LISTENING):
+        return None
+    return [a.strip() for a in holder.about.removeprefix(LISTENING).split(",") if a.strip()] or None
+
+
+def check_port(config: Config, daemon: dict[str, Any] | None, home: Path | None = None) -> Check:
+    # The running daemon's own address first: `neverestd --listen` overrides config.toml, and the
+    # configured port being free says nothing about where peers reach this memory now.
+    listening = _listening(home, daemon) if home is not None else None
+    if listening:
+        held = f"{', '.join(listening)} is held by this memory's daemon"
+        configured = config.listen.rpartition(":")[2]
+        if configured == "0":
+            return Check("port", "ok", f"{held} (any free port, as config.toml's listen = {config.listen!r} asks)")
+        if any(a.rpartition(":")[2].rstrip("/") == configured for a in listening):
+            return Check("port", "ok", held)
+        return Check("port", "ok", f"{held}, started with --listen (config.toml's listen = {config.listen!r} is "
+                     "used when it starts without it)")
     host, _, port_text = config.listen.rpartition(":")
     host = host.strip("[]")
     try:
@@ -198,10 +224,6 @@ def check_port(config: Config, daemon: dict[str, Any] | None) -> Check:
         return Check("port", "fail", f"listen = {config.listen!r} is not HOST:PORT", 'write it like "0.0.0.0:7428"')
     if port == 0:
         return Check("port", "ok", f"{config.listen}: any free port")
-    listening = daemon.get("listen") if daemon is not None else None
-    if isinstance(listening, list):
-        if any(str(a).rpartition(":")[2].rstrip("/") == str(port) for a in listening):
-            return Check("port", "ok", f"{config.listen} is held by this memory's daemon")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -218,18 +240,21 @@ def check_port(config: Config, daemon: dict[str, Any] | None) -> Check:
     return Check("port", "ok", f"{config.listen} is free")
 
 
-def check_peers(db: sqlite3.Connection | None, config: Config, now: datetime) -> Check:
+def check_peers(db: sqlite3.Connection | None, config: Config, now: datetime,
+                daemon: dict[str, Any] | None = None) -> Check:
     try:
         known = peer_table.listing(db) if db is not None else []
         healthy = peer_table.healthy(db, now) if db is not None else []
     except sqlite3.Error as exc:
         return Check("peers", "fail", f"the peer table cannot be read: {exc}", "see the store check")
     static = len(config.peers)
-    found = "zeroconf on" if config.mdns else "zeroconf off"
+    # Zeroconf as the running daemon has it (`neverestd --no-mdns` overrides config.toml).
+    mdns = daemon["mdns"] if daemon is not None and isinstance(daemon.get("mdns"), bool) else config.mdns
+    found = "zeroconf on" if mdns else "zeroconf off"
     if config.directory:
         found += ", a directory"
     text = f"{len(known)} address(es) known, {len(healthy)} healthy; {static} in config; {found}"
-    if not known and not static and not config.mdns and not config.directory and not config.folder \
+    if not known and not static and not mdns and not config.directory and not config.folder \
             and not config.commons_url:
         return Check("peers", "warn", text, "nothing will be shared: add a peer (`neverestctl peer add URL`), "
                      "`peers` in config.toml, zeroconf, a directory, a folder or a commons")
@@ -281,13 +306,13 @@ def diagnose(home: Path) -> list[Check]:
     try:
         daemon_check, status = check_daemon(home)
         checks.append(daemon_check)
-        checks.append(check_port(config, status))
+        checks.append(check_port(config, status, home))
         try:
             now = clock_from_env().now()
         except ValueError as exc:
             checks.append(Check("clock", "fail", str(exc), "fix or unset NEVEREST_NOW"))
             return checks
-        checks.append(check_peers(db, config, now))
+        checks.append(check_peers(db, config, now, status))
         checks.append(check_clock(db, own, now))
     finally:
         if db is not None:

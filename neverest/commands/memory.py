@@ -80,7 +80,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"stored {result['stored']}, already known {result['duplicates']}, refused {len(result['refused'])}")
+        print(f"stored {result['stored']}, already known {result['duplicates']}, refused {len(result['refused'])}"
+              + (f"; {result['repeats']} repeated an earlier event of the same input" if result.get("repeats") else ""))
         for item in result["refused"]:
             print(f"  refused {item['position']}: {item['reason']}", file=sys.stderr)
     return 1 if result["refused"] else 0
@@ -139,6 +140,10 @@ def _state_of(memory: Memory, row: dict[str, object], origin: str, counts: Calla
     return v.state, v.support
 
 
+# The columns of `neverestctl lessons`, named once above the rows (the widths are the rows').
+LESSONS_HEADER = f"{'hash':<8}  {'kind':<10}  {'strength':>8}  {'seen':>4}  {'state':<9}  {'support':>7}  text"
+
+
 def cmd_lessons(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         origin = memory.identity.origin
@@ -147,6 +152,8 @@ def cmd_lessons(args: argparse.Namespace) -> int:
         if not rows and not args.json:
             print("no lessons yet: they are learned at the next sleep from the events remembered "
                   "(neverestctl sleep runs one now)")
+        elif not args.json:
+            print(LESSONS_HEADER)
         for row in rows:
             state, support = _state_of(memory, row, origin, counts)
             if args.json:
@@ -156,8 +163,8 @@ def cmd_lessons(args: argparse.Namespace) -> int:
                     "updated": row["updated"], "id": row["id"], "sources": row["sources"], "layer": row["layer"],
                 }, ensure_ascii=False))
             else:
-                print(f"{row['hash'][:8]}  {row['kind']:<10} {row['strength']:5.2f}  seen {row['seen']:<3} "
-                      f"{state:<9} {support:>2}  {row['text']}")
+                print(f"{row['hash'][:8]}  {row['kind']:<10}  {row['strength']:8.2f}  {row['seen']:>4}  "
+                      f"{state:<9}  {support:>7}  {row['text']}")
     return 0
 
 

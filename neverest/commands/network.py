@@ -101,12 +101,14 @@ def cmd_peer_list(args: argparse.Namespace) -> int:
     for a in addresses:
         if args.json:
             print(json.dumps({"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen,
-                              "score": a.score, "failures": a.failures, "ignored_until": a.ignored_until,
+                              "peer_last_seen": a.peer_seen, "score": a.score, "failures": a.failures,
+                              "ignored_until": a.ignored_until,
                               "last_error": json.loads(a.last_error) if a.last_error else None}))
         else:
             state = f"ignored until {a.ignored_until}" if a.ignored_until else f"score {a.score:g}"
+            # Seen by an exchange either way: a peer that only gossiped in was seen too.
             print(f"{a.url:<32} {a.origin or '(origin not known yet)':<22} {a.source:<9} "
-                  f"last seen {a.last_seen or 'never'}; {state}")
+                  f"last seen {a.heard or 'never'}; {state}")
     return 0
 
 

@@ -116,9 +116,12 @@ def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
     first = lessons[0] if lessons else {}
     # Why a lesson of a published project is not signed (its text, once scrubbed), or None.
     held_back = publishing.held_back(db).get(target)
+    # One truth with `lessons`: no record carries the lesson, so it is this memory's own and was never
+    # published: local (the commons rule, which knows only records, would call it a candidate).
+    state, support = (v.state, v.support) if held else ("local", 0)
     return {
         "hash": target, "text": first.get("text"), "kind": first.get("kind"),
-        "state": v.state, "support": v.support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
+        "state": state, "support": support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
         "supporters": list(v.supporters), "revoked_by": list(v.revoked_by), "tombstone": tomb,
         # Origins whose sessions met the lesson's situation and saw it not hold: they inform trust and
         # never move the state (PROTOCOL.md §1, "Refutations"); a publisher's own is listed, and ignored there.

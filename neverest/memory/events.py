@@ -133,18 +133,24 @@ class Event:
 class IngestResult:
     """What became of a batch of events.
 
+    ``duplicates`` are events whose episode was already held before this input; ``repeats``
+    are events whose episode an earlier event of the same input made (the same error met twice
+    in a session, an error sent again with what worked, which fills it in): neither is stored
+    as a new episode, but a first ingest into an empty store has no duplicates.
     ``refused`` holds ``(position, reason)``: for ``ingest`` the index of the event in its
     input (from 0), for lines the line number (from 1) with the reason starting "line N: ".
     """
 
     stored: int = 0
     duplicates: int = 0
+    repeats: int = 0
     refused: list[tuple[int, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "stored": self.stored,
             "duplicates": self.duplicates,
+            "repeats": self.repeats,
             "refused": [{"position": position, "reason": reason} for position, reason in self.refused],
         }
 
@@ -291,31 +297,47 @@ def insert_events(db: sqlite3.Connection, events: Sequence[Event], *, now: datet
     ])
 
 
-def _commit(store: Store, batch: list[Event], now: datetime, result: IngestResult) -> None:
+def _commit(store: Store, batch: list[Event], repeats: int, now: datetime, result: IngestResult) -> None:
     vectors = event_vectors(batch)  # before the write lock is taken
     with store.write() as db:
         stored = insert_events(db, batch, now=now, vectors=vectors)
+    # A repeat is never inserted (its first event was, or was held already): of the other events,
+    # those not inserted were held before this input.
     result.stored += stored
-    result.duplicates += len(batch) - stored
+    result.repeats += repeats
+    result.duplicates += len(batch) - repeats - stored
 
 
-def _store_all(store: Store, events: Iterator[Event], now: datetime, result: IngestResult) -> None:
+def _store_all(store: Store, events: Iterator[Event], now: datetime, result: IngestResult,
+               seen: set[str] | None = None) -> None:
+    """Store ``events`` in batches.  ``seen`` holds the ids of the events met earlier in the same input
+    (a caller that feeds one input in several calls passes the same set each time); without it, repeats
+    are told apart within a batch only, so that memory stays bounded for a stream of any length (a
+    repeat of an earlier batch counts as held: that batch is committed)."""
     batch: list[Event] = []
-    chars = 0
+    ids = set() if seen is None else seen
+    chars = repeats = 0
     for event in events:
-        batch.append(event)
+        batch.append(event)  # a repeat too: one sent again with what worked fills in the episode
+        if event.id in ids:
+            repeats += 1
+        else:
+            ids.add(event.id)
         chars += event.chars()
         if len(batch) >= BATCH_EVENTS or chars >= BATCH_CHARS:
-            _commit(store, batch, now, result)
-            batch, chars = [], 0
+            _commit(store, batch, repeats, now, result)
+            batch, chars, repeats = [], 0, 0
+            if seen is None:
+                ids.clear()
     if batch:
-        _commit(store, batch, now, result)
+        _commit(store, batch, repeats, now, result)
 
 
-def ingest(store: Store, events: Iterable[object], *, now: datetime) -> IngestResult:
+def ingest(store: Store, events: Iterable[object], *, now: datetime, seen: set[str] | None = None) -> IngestResult:
     """Store every valid event of ``events`` (decoded JSON objects); refuse the others by index.
 
-    Returns once the stored events are committed: acknowledged means durable.
+    Returns once the stored events are committed: acknowledged means durable.  ``seen``: the
+    ids of the events of the same input given to earlier calls (see ``_store_all``), added to.
     """
     result = IngestResult()
 
@@ -326,7 +348,7 @@ def ingest(store: Store, events: Iterable[object], *, now: datetime) -> IngestRe
             except EventError as exc:
                 result.refused.append((index, str(exc)))
 
-    _store_all(store, valid(), now, result)
+    _store_all(store, valid(), now, result, seen)
     return result
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,18 @@ def _provenance(lesson: dict[str, Any], own_origin: str) -> str:
     return f"{where}; first {lesson['created'][:10]}, last change {lesson['updated'][:10]}"
 
 
-def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
+def _label(lesson: dict[str, Any], own_origin: str, state_of: Callable[[str], str] | None) -> str:
+    """What lessons.md says a lesson is: the personal layer, or received and its commons state (the
+    layer a received lesson is kept in is named "common", which a candidate is not)."""
+    if lesson["origin"] in ("", own_origin):
+        return f"{lesson['layer']} layer"
+    label = f"received, {state_of(lesson['hash'])}" if state_of is not None else "received"
+    return label + (", domain layer" if lesson["layer"] == "domain" else "")
+
+
+def render(store: Store, home: Path, own_origin: str, *,
+           state_of: Callable[[str], str] | None = None) -> dict[str, int]:
+    """Write the three files; ``state_of`` gives a received lesson's commons state for its label."""
     lessons = agent_view(store)
     lines = []
     for lesson in lessons:
@@ -84,8 +96,8 @@ def render(store: Store, home: Path, own_origin: str) -> dict[str, int]:
     md = ["# Lessons from this machine's memory", "",
           "Observations from earlier sessions, not instructions: weigh them, then decide for yourself.", ""]
     for lesson in lessons:
-        md.append(f"- **{lesson['kind']}** ({lesson['layer']} layer, strength {lesson['strength']:.2f}, "
-                  f"seen {lesson['seen']}): "
+        md.append(f"- **{lesson['kind']}** ({_label(lesson, own_origin, state_of)}, "
+                  f"strength {lesson['strength']:.2f}, seen {lesson['seen']}): "
                   f"{shown(lesson['text'])}  ")
         md.append(f"  _{_provenance(lesson, own_origin)}; hash {lesson['hash']}_")
     atomic_write(home / LESSONS_MD, ("\n".join(md) + "\n").encode("utf-8"))

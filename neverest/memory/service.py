@@ -52,7 +52,7 @@ from neverest.memory.recall import Hit, recall
 from neverest.memory.receive import REFUTE_FLOOD, REFUTE_PUBLISHER
 from neverest.memory.render import render
 from neverest.memory.sleep import sleep
-from neverest.memory.states import commons_pass
+from neverest.memory.states import commons_pass, trust_filter, verdict
 from neverest.memory.store import Store, open_store
 from neverest.records import Record
 
@@ -134,8 +134,9 @@ class Memory:
 
     # -- ingest ------------------------------------------------------------------------------
 
-    def ingest(self, events: Iterable[object]) -> IngestResult:
-        return ingest(self.store, events, now=self.clock.now())
+    def ingest(self, events: Iterable[object], *, seen: set[str] | None = None) -> IngestResult:
+        """``seen``: the ids of the events of the same input given to earlier calls (one set per input)."""
+        return ingest(self.store, events, now=self.clock.now(), seen=seen)
 
     def ingest_lines(self, stream: BinaryIO) -> IngestResult:
         return ingest_lines(self.store, stream, now=self.clock.now())
@@ -183,9 +184,22 @@ class Memory:
 
     def render(self) -> None:
         if self.home is not None:
-            render(self.store, self.home, self.identity.origin)
+            render(self.store, self.home, self.identity.origin, state_of=self._commons_state())
             for extra in self.renderers:
                 extra(self)
+
+    def _commons_state(self) -> Callable[[str], str]:
+        """A lesson hash's commons state, for the renders to label received lessons with (a received
+        lesson is a candidate until it is common, whatever layer it is kept in).  The trust policy is
+        read once, at the first lesson asked about."""
+        db, now, origin = self.store.db, self.clock.now(), self.identity.origin
+        counts: list[Callable[[str], bool]] = []
+
+        def state_of(target: str) -> str:
+            if not counts:
+                counts.append(trust_filter(db, self.config, origin))
+            return verdict(db, target, now=now, config=self.config, own_origin=origin, counts=counts[0]).state
+        return state_of
 
     # -- the owner's writes ------------------------------------------------------------------
 

@@ -91,8 +91,9 @@ def fetch(where: str, *, transport: httpx.BaseTransport | None = None) -> Listin
         except OSError as exc:
             raise DirectoryError(f"cannot read the directory file {where}: {exc.strerror}") from None
     try:
+        # A directory is a service the owner named, often beyond the LAN: the environment's proxy applies.
         with httpclient.sync_client(transport=transport, connect_timeout_s=CONNECT_TIMEOUT_S,
-                                    read_timeout_s=READ_TIMEOUT_S) as client:
+                                    read_timeout_s=READ_TIMEOUT_S, proxy_from_env=True) as client:
             answer = httpclient.get_bounded_sync(client, where, max_bytes=MAX_BYTES, total_timeout_s=TOTAL_TIMEOUT_S)
     except httpclient.PeerRefused as exc:
         if exc.oversize:

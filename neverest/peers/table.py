@@ -13,7 +13,12 @@ Where an address came from is its ``source``: ``manual`` (``peer add``), ``mdns`
 ``inbound``), or ``self`` (an exchange showed this memory answers there: never
 picked again, and ``add`` refuses it).  An address a peer shared is only an address:
 its origin is learned from its own signed exchange, never from the peer that named it,
-and how many a peer can add is bounded (per exchange, per peer, and in all).
+and how many a peer can add is bounded (per exchange, per peer, and in all).  An inbound
+address is the one exception: the peer named its own address in a request it signed, from
+that host, so the address takes that origin at once (``peer list`` shows who it is); the
+first exchange with it checks the claim, and re-keys the address if another origin answers.
+An address's ``last_seen`` is when an exchange *with it* last completed (what ``shareable``
+needs); ``Address.peer_seen`` is when its origin was last heard from, either way.
 
 Scoring: each exchange that completes adds ``SUCCESS``; a failure the peer caused
 subtracts a penalty chosen by its kind (``PENALTY``).  A transport failure (``timeout``,
@@ -155,6 +160,12 @@ class Address:
     failures: int
     ignored_until: str | None
     score: float
+    peer_seen: str | None = None  # when its origin was last heard from (an exchange either way)
+
+    @property
+    def heard(self) -> str | None:
+        """When this peer was last seen, by an exchange with this address or one it started."""
+        return max((t for t in (self.last_seen, self.peer_seen) if t), default=None)
 
 
 @dataclass
@@ -232,7 +243,8 @@ def remove(db: sqlite3.Connection, url_or_origin: str) -> int:
 def listing(db: sqlite3.Connection) -> list[Address]:
     return [Address(*row) for row in db.execute(
         "SELECT a.url, a.origin, a.source, a.last_seen, a.last_error, a.failures, a.ignored_until, "
-        "COALESCE(p.score, 0) FROM peer_addresses a LEFT JOIN peers p ON p.origin = a.origin ORDER BY a.url")]
+        "COALESCE(p.score, 0), p.last_seen FROM peer_addresses a LEFT JOIN peers p ON p.origin = a.origin "
+        "ORDER BY a.url")]
 
 
 def healthy(db: sqlite3.Connection, now: datetime) -> list[Address]:
@@ -298,15 +310,20 @@ def inbound(db: sqlite3.Connection, origin: str, url: str | None, now: datetime)
     (its advertised port at the address the request came from), or None.
 
     The peer is recorded (source ``inbound`` when it is new) and seen now; the address is
-    added, without an origin (it learns its own at its first exchange), unless it is known
-    or the bound on learned addresses is reached.  Returns whether the address was added.
+    added with that origin (the peer named it in a request it signed: the first exchange with
+    it checks the claim), unless the bound on learned addresses is reached.  A known address
+    whose origin is not known yet takes it; one with an origin keeps it (only an exchange with
+    it changes that).  Returns whether the address was added.
     """
     _ensure_peer(db, origin, "inbound")
     db.execute("UPDATE peers SET last_seen = ? WHERE origin = ?", (iso(now), origin))
-    if url is None or _learned_count(db) >= LEARN_TOTAL:
+    if url is None:
         return False
-    cursor = db.execute("INSERT INTO peer_addresses (url, origin, source, added) VALUES (?, NULL, 'inbound', ?) "
-                        "ON CONFLICT(url) DO NOTHING", (url, iso(now)))
+    db.execute("UPDATE peer_addresses SET origin = ? WHERE url = ? AND origin IS NULL", (origin, url))
+    if _learned_count(db) >= LEARN_TOTAL:
+        return False
+    cursor = db.execute("INSERT INTO peer_addresses (url, origin, source, added) VALUES (?, ?, 'inbound', ?) "
+                        "ON CONFLICT(url) DO NOTHING", (url, origin, iso(now)))
     return bool(cursor.rowcount)
 
 

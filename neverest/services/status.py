@@ -25,6 +25,7 @@ async def daemon_status(state: DaemonState) -> dict[str, Any]:
     return held | {
         "version": __version__, "pid": os.getpid(), "uptime_s": round(time.monotonic() - state.started, 1),
         "next_sleep": iso(next_sleep(state.clock.now(), state.config)), "listen": state.listening,
+        "mdns": state.config.mdns,  # as it runs: --no-mdns overrides config.toml
         "peers": [{"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen, "score": a.score,
                    "ignored_until": a.ignored_until} for a in addresses],
         "last_round": state.last_round, "quiet_rounds": state.quiet_rounds, "exchanges": dict(state.exchanges),

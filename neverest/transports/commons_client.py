@@ -123,7 +123,9 @@ def base_url(url: str) -> str:
 
 
 def _client(token: str, transport: httpx.BaseTransport | None) -> httpx.Client:
-    return httpclient.sync_client(transport=transport, headers={"authorization": f"Bearer {token}"})
+    # A commons is a service the owner named, often beyond the LAN: the environment's proxy applies.
+    return httpclient.sync_client(transport=transport, headers={"authorization": f"Bearer {token}"},
+                                  proxy_from_env=True)
 
 
 def _refusal(exc: httpclient.PeerRefused) -> CommonsRefused:
