@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import NoReturn
 
+import pytest
 import trio
 import trio.testing
 
@@ -37,3 +38,11 @@ async def autojump(clock: trio.testing.MockClock, *limiters: trio.CapacityLimite
         jump = trio.lowlevel.current_statistics().seconds_to_next_deadline
         if 0 < jump < math.inf:
             clock.jump(jump)
+
+
+@pytest.fixture
+def real_rate_clock() -> trio.testing.MockClock:
+    """A clock that runs at the real rate and jumps when the test says (``jump``): for tests on real
+    sockets, where autojump would take the moments between a send and its receipt for idleness.
+    pytest-trio runs a test that asks for it (and its fixtures) on it."""
+    return trio.testing.MockClock(rate=1.0)
