@@ -1,17 +1,30 @@
 """The gossip HTTP edge: real hypercorn on 127.0.0.1 and a real httpx client, hostile bodies included;
-and what it serves to whoever watches the daemon (/healthz, /metrics)."""
+and what it serves to whoever watches the daemon (/healthz, /metrics).  Timeouts are ours (trio's
+clock): they are tested in virtual time, on the app itself, and on a socket with a jumped clock."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 import trio
+import trio.testing
 
-from neverest.gossip.http import EXCHANGE_PATH, GossipApp, RemoteError, client, post, serve
+from neverest.gossip.http import (
+    DEFAULT_BODY_TIMEOUT_S,
+    EXCHANGE_PATH,
+    GossipApp,
+    RemoteError,
+    client,
+    post,
+    serve,
+)
+from neverest.gossip.loopback import AppNetwork
 from neverest.httpclient import PeerRefused, TransportFailure
+from tests.virtual_time import real_rate_clock as real_rate_clock  # a fixture
 
 
 async def echo(body: bytes, peer: str) -> bytes:
@@ -62,19 +75,62 @@ async def test_oversize_bodies_are_refused_declared_or_streamed(server: str) -> 
             pass  # the server may close the connection while we are still sending: refused either way
 
 
-async def test_a_trickling_peer_is_cut_off_and_others_are_served(server: str) -> None:
-    host, port = server.removeprefix("http://").split(":")
-    trickler = socket.create_connection((host, int(port)))
-    trickler.sendall(b"POST " + EXCHANGE_PATH.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
-    async with client() as http:
-        with trio.fail_after(5):
+async def test_a_trickling_peer_is_cut_off_at_the_body_timeout_and_others_are_served(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """In virtual time, on the app itself: the body timeout is the whole body's, not each chunk's.
+    (No worker thread here, so pytest-trio's plain autojump clock is exact.)"""
+    refused: list[tuple[str, str]] = []
+    app = GossipApp(echo, max_body_bytes=64 * 1024, body_timeout_s=10.0,
+                    refused=lambda host, reason: refused.append((host, reason)))
+    answered: list[tuple[float, int]] = []
+    trickled = [0]
+
+    async def trickle() -> dict[str, Any]:  # a byte a second: 100 s for the 100 bytes it announced
+        await trio.sleep(1.0)
+        trickled[0] += 1
+        return {"type": "http.request", "body": b"x", "more_body": trickled[0] < 100}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answered.append((trio.current_time() - began, message["status"]))
+
+    scope = {"type": "http", "method": "POST", "path": EXCHANGE_PATH, "headers": [(b"content-length", b"100")],
+             "client": ("192.0.2.7", 40000)}
+    began = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(app, scope, trickle, send)
+        network = AppNetwork()
+        network.listen("http://peer.test", app)
+        async with client(transport=network.transport_for("192.0.2.8")) as http:
             for _ in range(20):  # meanwhile, other peers are served at once
-                assert await post(http, server, b"quick", max_response_bytes=1024) == b"echo:quick"
-    await trio.sleep(1.5)
-    trickler.settimeout(5)
-    answer = trickler.recv(1024)
-    trickler.close()
+                assert await post(http, "http://peer.test", b"quick", max_response_bytes=1024) == b"echo:quick"
+        assert trio.current_time() == began and answered == []
+    assert answered == [(10.0, 408)]  # not 100 s later, though a byte came every second
+    assert refused == [("192.0.2.7", "http-408")]  # a strike towards a cut-off
+
+
+async def test_a_trickling_peer_gets_408_over_a_real_socket(nursery: trio.Nursery,
+                                                           real_rate_clock: trio.testing.MockClock) -> None:
+    """hypercorn serves other connections while one waits for its body, and sends our 408 on it.
+    The clock runs at the real rate until the test jumps it past the body timeout."""
+    binds = await nursery.start(serve, GossipApp(echo), "127.0.0.1:0")  # the default body timeout, 30 s
+    host, port = binds[0].removeprefix("http://").split(":")
+    began = trio.current_time()
+    async with await trio.open_tcp_stream(host, int(port)) as trickler:
+        await trickler.send_all(b"POST " + EXCHANGE_PATH.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                                b"Content-Length: 100\r\n\r\nxx")
+        async with client() as http:
+            with trio.fail_after(5):
+                for _ in range(20):
+                    assert await post(http, binds[0], b"quick", max_response_bytes=1024) == b"echo:quick"
+        assert trio.current_time() - began < DEFAULT_BODY_TIMEOUT_S  # so the trickler was waiting all along
+        real_rate_clock.jump(DEFAULT_BODY_TIMEOUT_S)
+        answer = b""
+        with trio.fail_after(5):
+            while b"\r\n" not in answer:
+                answer += await trickler.receive_some(1024)
     assert b" 408 " in answer.split(b"\r\n")[0]
+    nursery.cancel_scope.cancel()
 
 
 async def test_client_bounds(server: str) -> None:

@@ -1,7 +1,8 @@
 """The bounded HTTP client: a total deadline, a capped body, and errors that say who is at fault.
 
 The logic runs against ``httpx.MockTransport``; the deadline against a real server on
-127.0.0.1 that trickles its answer one byte at a time (per-read timeouts never fire on it).
+127.0.0.1 that trickles its answer one byte at a time (per-read timeouts never fire on it), the
+async one on a clock the test jumps.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from neverest import httpclient
 from neverest.httpclient import PeerRefused, TransportFailure
+from tests.virtual_time import real_rate_clock as real_rate_clock  # a fixture
 
 
 async def test_an_accepted_answer_is_returned_whole() -> None:
@@ -166,20 +169,32 @@ def trickler() -> Iterator[str]:
     listener.close()
 
 
-async def test_the_async_deadline_is_total_not_per_read(trickler: str) -> None:
-    async with httpclient.async_client(read_timeout_s=5) as client:
+async def test_the_async_deadline_is_total_not_per_read(trickler: str, real_rate_clock: trio.testing.MockClock
+                                                        ) -> None:
+    """trio's clock runs at the real rate, and the test jumps it twice by 20 s (bytes arrive in
+    between): 40 s of answer, each byte within the 30 s read timeout, over the 30 s in total."""
+    caught: list[TransportFailure] = []
+
+    async def fetch() -> None:
+        with pytest.raises(TransportFailure) as failed:
+            await httpclient.get_bounded(client, trickler, max_bytes=1000, total_timeout_s=30)
+        caught.append(failed.value)
+
+    async with httpclient.async_client(read_timeout_s=30) as client, trio.open_nursery() as nursery:
         started = trio.current_time()
-        with pytest.raises(TransportFailure) as caught:
-            await httpclient.get_bounded(client, trickler, max_bytes=1000, total_timeout_s=0.5)
-    assert caught.value.kind == "timeout"
-    assert trio.current_time() - started < 2  # each byte came within the read timeout: only the total ends it
+        nursery.start_soon(fetch)
+        for _ in range(2):
+            await trio.sleep(0.1)
+            real_rate_clock.jump(20.0)
+    assert [failure.kind for failure in caught] == ["timeout"]
+    assert trio.current_time() - started < 40 + 2  # (the real seconds the test took)
 
 
 def test_the_sync_deadline_is_total_not_per_read(trickler: str) -> None:
     with httpclient.sync_client(read_timeout_s=5) as client:
         started = time.monotonic()
         with pytest.raises(TransportFailure) as caught:
-            httpclient.get_bounded_sync(client, trickler, max_bytes=1000, total_timeout_s=0.5)
+            httpclient.get_bounded_sync(client, trickler, max_bytes=1000, total_timeout_s=0.2)
     assert caught.value.kind == "timeout"
     assert time.monotonic() - started < 2
 
@@ -188,9 +203,9 @@ async def test_plain_http_never_loads_the_ca_bundle(trickler: str) -> None:
     httpclient._tls_context.cache_clear()
     async with httpclient.async_client() as client:
         with pytest.raises(TransportFailure):
-            await httpclient.get_bounded(client, trickler, max_bytes=1000, total_timeout_s=0.2)
+            await httpclient.get_bounded(client, trickler, max_bytes=1000, total_timeout_s=0.05)
     with httpclient.sync_client() as client, pytest.raises(TransportFailure):
-        httpclient.get_bounded_sync(client, trickler, max_bytes=1000, total_timeout_s=0.2)
+        httpclient.get_bounded_sync(client, trickler, max_bytes=1000, total_timeout_s=0.05)
     assert httpclient._tls_context.cache_info().currsize == 0
 
 

@@ -64,7 +64,7 @@ def test_daemons_on_a_lan_find_each_other_and_share(namespace_lan: Lan, tmp_path
         if len(results) == 2 and all(r["in_sync"] for r in results):
             break
         assert time.monotonic() < deadline, results
-        time.sleep(0.5)
+        time.sleep(0.1)
     origin_a = ask(a, {"op": "status"})["status"]["origin"]
     for home in others:
         assert ctl(["--home", str(home), "lessons", "--json"]) == 0

@@ -19,6 +19,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import httpx
 import trio
 
 from neverest.gossip import http as gossip_http
@@ -34,9 +35,11 @@ FLUSH_EVERY_S: Final = 30.0  # at most one write per this long for what a flood 
 
 
 class GossipService:
-    def __init__(self, state: DaemonState, rng: random.Random) -> None:
+    def __init__(self, state: DaemonState, rng: random.Random,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.state = state
-        self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng,
+        # ``transport``: None is the real network; tests give an in-memory one (gossip/loopback.AppNetwork).
+        self.gossip = Gossip(state.home, state.config, state.clock, state.identity, rng, transport=transport,
                              on_received=self._received)
         state.pending_refusals = self.gossip.pending_refusals
         self.settings = state.config.sections.gossip
