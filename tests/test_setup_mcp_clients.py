@@ -210,6 +210,9 @@ def test_the_agents_not_installed_are_skipped_and_no_folder_is_made(home: Path,
     assert not made.exists() and (home / ".cursor").is_dir()
 
     # The command says which were wired and which were skipped, and why.
+    assert main(["setup", "--dry-run"]) == 0
+    assert f"Cursor: would be wired: its MCP servers are in {made}" in capsys.readouterr().out
+    assert not made.exists()
     assert main(["setup"]) == 0
     out = capsys.readouterr().out
     assert f"Cursor: wired: its MCP servers are in {made}" in out
