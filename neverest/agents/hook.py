@@ -46,9 +46,10 @@ JSON, no memory, a locked store, a slow daemon) it prints nothing and exits 0, w
 
 It is run on every prompt and tool call, so it imports the standard library only on the way to an
 answer: the hashed-space vectors are computed here in plain Python (``tests/test_hook.py`` checks
-them against ``neverest.memory.embed``), the daemon is asked over its socket directly.  The heavy
-modules load only when they are needed: judging the commons state of a published or received lesson
-(then cached for ``STATE_TTL_S`` in ``lesson_states``), and storing an error without a daemon.
+them against ``neverest.memory.embed``), the daemon is asked through ``neverest.client`` (standard
+library only too).  The heavy modules load only when they are needed: judging the commons state of a
+published or received lesson (then cached for ``STATE_TTL_S`` in ``lesson_states``), and storing an error
+without a daemon.
 """
 
 from __future__ import annotations
@@ -588,39 +589,16 @@ def _stop(store: Store, session: str, shown: list[str], *, hold: bool, recorded:
 # -- storing a failure --------------------------------------------------------------------------
 
 
-def ask_daemon(home: Path, request: dict[str, Any], timeout_s: float) -> bool | None:
-    """Send one request on the daemon's control socket: True when it answered ok, False when it
-    answered otherwise or not in time, None when no daemon listens."""
-    import socket  # only a failed tool call needs it
-
-    path = home / "control.sock"  # neverest.control.SOCKET_FILE, without importing trio
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(max(timeout_s, 0.05))
-        try:
-            sock.connect(str(path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            return None
-        except OSError:
-            return False
-        try:
-            sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
-            data = b""
-            while not data.endswith(b"\n") and len(data) < 1 << 20:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            answer = json.loads(data)
-        except (OSError, ValueError):
-            return False
-    return isinstance(answer, dict) and answer.get("ok") is True
-
-
 def store_failure(home: Path, payload: dict[str, Any], error: str, now: datetime, deadline: float) -> None:
     event = error_event(payload, error, now)
-    answered = ask_daemon(home, {"op": "remember", "events": [event]}, deadline - time.monotonic() - 0.1)
-    if answered:
-        return
+    from neverest.client import ControlError, ask_daemon  # only a failed tool call needs the socket
+
+    try:
+        if ask_daemon(home, {"op": "remember", "events": [event]},
+                      timeout_s=max(deadline - time.monotonic() - 0.1, 0.05)) is not None:
+            return
+    except ControlError:
+        pass  # the daemon refused, failed or was slow: store it here all the same
     # No daemon (or it failed): the one ingest function, here.  Storing twice is harmless (an event's
     # id is its content), so a daemon that stored it but did not answer in time loses nothing.
     from neverest.memory.events import ingest

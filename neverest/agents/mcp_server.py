@@ -49,12 +49,12 @@ from mcp.types import (
 from pydantic import Field, ValidationError
 
 from neverest import __version__
+from neverest.client import DaemonFailed, DaemonRefused, ask_daemon
 from neverest.clock import Clock
 from neverest.commands.common import UsageError
 from neverest.commands.memory import _state_of
 from neverest.commands.sharing import lesson_details
 from neverest.config import ConfigError, load_config
-from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.identity import IdentityError
 from neverest.memory import scrub
 from neverest.memory.render import lesson_rows
@@ -118,17 +118,17 @@ class Tools:
 
     def remember(self, event: dict[str, str]) -> dict[str, Any]:
         try:
-            answer = ask(self.home, {"op": "remember", "events": [event]}, timeout_s=DAEMON_TIMEOUT_S)
-        except DaemonNotRunning:
-            with self._memory() as memory:
-                result = memory.ingest([event]).to_json()
-            via = "store"
+            answer = ask_daemon(self.home, {"op": "remember", "events": [event]}, timeout_s=DAEMON_TIMEOUT_S)
         except DaemonRefused as exc:
             raise ToolError(f"the daemon refused the event: {exc}") from None
         except DaemonFailed as exc:
             raise ToolError(f"the daemon failed to store the event (see its log): {exc}") from None
-        else:
+        if answer is not None:
             result, via = dict(answer["result"]), "daemon"
+        else:
+            with self._memory() as memory:
+                result = memory.ingest([event]).to_json()
+            via = "store"
         if result["refused"]:
             raise ToolError(f"event refused: {result['refused'][0]['reason']}")
         return {"stored": result["stored"], "duplicate": bool(result["duplicates"]), "via": via}

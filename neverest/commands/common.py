@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import render_for_agents
+from neverest.client import DaemonFailed, DaemonRefused, ask_daemon
 from neverest.clock import Clock, clock_from_env
 from neverest.config import load_config
-from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.memory.service import Memory
 from neverest.paths import HomeError, find_home
 
@@ -57,9 +57,7 @@ def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout
     the home, and it shares what changed at once.
     """
     try:
-        return ask(home_of(args), request, timeout_s=timeout_s)
-    except DaemonNotRunning:
-        return None
+        return ask_daemon(home_of(args), request, timeout_s=timeout_s)
     except DaemonRefused as exc:  # what was asked cannot be done as asked: the caller's fault
         raise UsageError(str(exc)) from None
     except DaemonFailed as exc:
