@@ -9,11 +9,12 @@ error (a bad flag, a missing home, an argument that cannot be right).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import render_for_agents
-from neverest.client import DaemonFailed, DaemonRefused, ask_daemon
+from neverest.client import DEFAULT_TIMEOUT_S, DaemonFailed, DaemonRefused, ask_daemon
 from neverest.clock import Clock, clock_from_env
 from neverest.config import load_config
 from neverest.memory.service import Memory
@@ -49,7 +50,7 @@ def open_memory(args: argparse.Namespace) -> Memory:
     return Memory.open(home, load_config(home), clock_of_env(), renderers=(render_for_agents,))
 
 
-def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = 600.0
+def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S
                    ) -> dict[str, Any] | None:
     """The running daemon's answer to ``request``, or None when no daemon runs for this home.
 
@@ -62,3 +63,14 @@ def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout
         raise UsageError(str(exc)) from None
     except DaemonFailed as exc:
         raise CommandFailed(f"the daemon failed: {exc}") from None
+
+
+def daemon_or_here(args: argparse.Namespace, request: dict[str, Any], here: Callable[[Memory], dict[str, Any]]
+                   ) -> tuple[dict[str, Any], bool]:
+    """What ``request`` gave, and whether the daemon did it: the running daemon's ``result``, else what
+    ``here`` gives on the memory opened here (the same memory service, so the same result)."""
+    answer = through_daemon(args, request)
+    if answer is not None:
+        return dict(answer["result"]), True
+    with open_memory(args) as memory:
+        return here(memory), False

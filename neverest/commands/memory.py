@@ -1,7 +1,7 @@
 """neverestctl commands of the local memory: remember, sleep, lessons, recall.
 
 ``remember`` and ``sleep`` go through the running daemon when there is one (see
-``common.through_daemon``); without one they work on the store here.
+``common.daemon_or_here``); without one they work on the store here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import ingest_agents
-from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
+from neverest.commands.common import UsageError, daemon_or_here, home_of, open_memory, through_daemon
 from neverest.memory import holdings
 from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
@@ -28,15 +28,13 @@ EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "w
 
 
 def _remember_file(args: argparse.Namespace, path: Path) -> dict[str, Any]:
-    answer = through_daemon(args, {"op": "remember", "path": str(path.resolve())})
-    if answer is not None:
-        return dict(answer["result"])
-    with open_memory(args) as memory:
+    def here(memory: Memory) -> dict[str, Any]:
         try:
             with path.open("rb") as stream:
                 return memory.ingest_lines(stream).to_json()
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return daemon_or_here(args, {"op": "remember", "path": str(path.resolve())}, here)[0]
 
 
 def _remember_stdin(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,12 +69,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
         event = {"kind": args.kind} | {f: getattr(args, f) for f in EVENT_FIELDS if getattr(args, f) is not None}
         if "cwd" not in event:
             event["cwd"] = str(Path.cwd())
-        answer = through_daemon(args, {"op": "remember", "events": [event]})
-        if answer is not None:
-            result = answer["result"]
-        else:
-            with open_memory(args) as memory:
-                result = memory.ingest([event]).to_json()
+        result, _ = daemon_or_here(args, {"op": "remember", "events": [event]},
+                                   lambda memory: memory.ingest([event]).to_json())
     if args.json:
         print(json.dumps(result))
     else:

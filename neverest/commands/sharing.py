@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from neverest.commands.common import CommandFailed, UsageError, open_memory, through_daemon
+from neverest.commands.common import CommandFailed, UsageError, daemon_or_here, open_memory
 from neverest.memory import holdings
 from neverest.memory import publish as publishing
 from neverest.memory.queries import lessons as lesson_queries
@@ -26,18 +26,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if not project.is_dir():
         raise UsageError(f"{args.project} is not a folder: give the project folder whose lessons may be shared")
     project_path = str(project.resolve())
-    answer = through_daemon(args, {"op": "publish", "project": project_path, "corrections": args.corrections})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            out = _owner(lambda: memory.publish(project_path, corrections=args.corrections))
+    out, by_daemon = daemon_or_here(args, {"op": "publish", "project": project_path, "corrections": args.corrections},
+                                    lambda memory: _owner(lambda: memory.publish(project_path,
+                                                                                 corrections=args.corrections)))
     if args.json:
         print(json.dumps(out))
     else:
         what = "lessons, corrections included" if args.corrections else "lessons (corrections stay private)"
         print(f"publishing {what} from {out['project']}; {out['signed']} record(s) signed now"
-              + ("; the daemon shares them with its peers now" if answer is not None and out["signed"] else ""))
+              + ("; the daemon shares them with its peers now" if by_daemon and out["signed"] else ""))
         if out.get("held_back"):
             print(f"{out['held_back']} lesson(s) held back: their text still holds a path, an address, a token... "
                   "or says nothing once scrubbed; they stay personal (neverestctl show HASH says why)")
@@ -46,12 +43,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_unpublish(args: argparse.Namespace) -> int:
     project_path = str(Path(args.project).expanduser().resolve())
-    answer = through_daemon(args, {"op": "unpublish", "project": project_path})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            out = memory.unpublish(project_path)
+    out, _ = daemon_or_here(args, {"op": "unpublish", "project": project_path},
+                            lambda memory: memory.unpublish(project_path))
     if args.json:
         print(json.dumps(out))
     else:
@@ -61,12 +54,8 @@ def cmd_unpublish(args: argparse.Namespace) -> int:
 
 def cmd_folder_sync(args: argparse.Namespace) -> int:
     folder_path = str(Path(args.dir).expanduser().resolve())
-    answer = through_daemon(args, {"op": "folder_sync", "dir": folder_path})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            out = memory.sync(FolderTransport(Path(folder_path)))
+    out, _ = daemon_or_here(args, {"op": "folder_sync", "dir": folder_path},
+                            lambda memory: memory.sync(FolderTransport(Path(folder_path))))
     if "error" in out:
         raise CommandFailed(out["error"])
     if args.json:
@@ -160,13 +149,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_revoke(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         target = _find(memory, args.hash)
-    answer = through_daemon(args, {"op": "revoke", "hash": target})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            record = _owner(lambda: memory.revoke(target))
-        out = {"hash": target, "seq": record.seq}
+    out, _ = daemon_or_here(args, {"op": "revoke", "hash": target},
+                            lambda memory: {"hash": target, "seq": _owner(lambda: memory.revoke(target)).seq})
     if args.json:
         print(json.dumps(out))
     else:
@@ -182,19 +166,15 @@ def cmd_commons(args: argparse.Namespace) -> int:
     if not token_file:
         raise UsageError("give --token-file FILE (or set commons_token_file in config.toml)")
     token_path = str(Path(token_file).expanduser().resolve())
-    answer = through_daemon(args, {"op": "commons", "action": args.commons_command, "url": args.url,
-                                   "token_file": token_path})
-    if answer is not None:
-        out = answer["result"]
-    else:
+    def here(memory: Memory) -> dict[str, Any]:
         try:
             token = commons_client.read_token(token_path)
         except commons_client.CommonsError as exc:
             raise UsageError(str(exc)) from None
-        transport = CommonsTransport(args.url, token, push=args.commons_command == "push",
-                                     pull=args.commons_command == "pull")
-        with open_memory(args) as memory:
-            out = memory.sync(transport)
+        return memory.sync(CommonsTransport(args.url, token, push=args.commons_command == "push",
+                                            pull=args.commons_command == "pull"))
+    out, _ = daemon_or_here(args, {"op": "commons", "action": args.commons_command, "url": args.url,
+                                   "token_file": token_path}, here)
     if "error" in out:
         raise CommandFailed(out["error"])
     if args.json:
