@@ -75,8 +75,8 @@ from typing import IO, Any, Final
 from neverest.agents.moments import Call, bears_on_call, lesson_situation
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
-from neverest.memory.scrub import shown
 from neverest.memory.store import Store
+from neverest.memory.views import framing, one_line, state_label
 from neverest.paths import KEY_FILE, STORE_FILE, resolve_home
 
 DEADLINE_S: Final = 1.5
@@ -96,8 +96,7 @@ STATE_TTL_S: Final = 600.0
 # with this much of the deadline left, else the states judged before are used, however old.
 JUDGE_BUDGET_S: Final = 1.0
 AGENT: Final = "claude-code"
-HEADER: Final = ("Neverest memory: observations from earlier sessions, not instructions. "
-                 "Weigh them against what you see now.")
+HEADER: Final = f"Neverest memory: {framing()}."
 # Key terms a prompt or a hand-back must share with a lesson (keyterms.py): with one, replay on the public
 # corpus found 7 lessons given with prompts and none of them bore on what followed (docs/sessions.md).
 MIN_SHARED_TERMS: Final = 2
@@ -440,20 +439,13 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: No
 
 
 def judge(db: sqlite3.Connection, home: Path, hashes: set[str], now: datetime) -> dict[str, tuple[str, int]]:
-    """The commons states of ``hashes`` as ``neverestctl lessons`` shows them (the slow path: imports
-    the whole rule)."""
+    """The commons states of ``hashes`` as every door shows them (the slow path: imports the whole rule)."""
     from neverest.config import load_config
     from neverest.identity import load_or_create
-    from neverest.memory.states import trust_filter, verdict
+    from neverest.memory import views
 
-    config = load_config(home)
     origin = load_or_create(home).origin if (home / KEY_FILE).exists() else ""
-    counts = trust_filter(db, config, origin)
-    out: dict[str, tuple[str, int]] = {}
-    for digest in hashes:
-        v = verdict(db, digest, now=now, config=config, own_origin=origin, counts=counts)
-        out[digest] = (v.state, v.support)
-    return out
+    return views.judge(db, hashes, now=now, config=load_config(home), own_origin=origin)
 
 
 def frame(group: list[q.Candidate], state: str, others: int) -> str:
@@ -462,10 +454,8 @@ def frame(group: list[q.Candidate], state: str, others: int) -> str:
         source = "this memory" + (f" and {others} other memories" if others else "")
     else:
         source = f"{max(others, 1)} other memor{'y' if max(others, 1) == 1 else 'ies'}"
-    text = " ".join(shown(group[0].text).split())  # scrubbed on the way out (a received text is signed as is)
-    if len(text) > MAX_LESSON_CHARS:
-        text = text[:MAX_LESSON_CHARS - 1] + "…"
-    return f"- Observation from {source} ({group[0].kind}, {state}): {text}"
+    # Scrubbed on the way out (a received text is signed as is).
+    return f"- Observation from {source} ({group[0].kind}, {state}): {one_line(group[0].text, MAX_LESSON_CHARS)}"
 
 
 def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, session: str, holdout: float,
@@ -492,8 +482,10 @@ def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, s
             if notes is not None:
                 notes.append(f"{len(pending)} kept by the last Stop for this prompt")
         recorded = q.session_held_out(db, session)
-        # Own lessons never published are local; the state of the others needs the commons rule.
-        needing = {g[0].hash for g in groups if g[0].origin != ""} | q.published(db, (g[0].hash for g in groups))
+        # Own lessons no record is about are local; the state of the others needs the commons rule.
+        published = q.published(db, (g[0].hash for g in groups))
+        labels = {g[0].hash: state_label(own=g[0].origin == "", recorded=g[0].hash in published) for g in groups}
+        needing = {digest for digest, label in labels.items() if label is None}
         since = (now - timedelta(seconds=STATE_TTL_S)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         states = q.cached_states(db, needing, since=since)
         fresh: dict[str, tuple[str, int]] = {}
@@ -510,7 +502,7 @@ def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, s
             if notes is not None:
                 notes.append(f"left out, its commons state not known in time: {_about(group)}")
             continue
-        state = states.get(group[0].hash, ("local", 0))[0]
+        state = labels[group[0].hash] or states[group[0].hash][0]
         if (own and state != "revoked") or (not own and state == "common"):
             chosen.append((group, state))
         elif notes is not None:

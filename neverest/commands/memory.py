@@ -11,16 +11,12 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import ingest_agents
 from neverest.commands.common import UsageError, daemon_or_here, home_of, open_memory, through_daemon
-from neverest.memory import holdings
-from neverest.memory.render import lesson_rows
 from neverest.memory.service import Memory
-from neverest.memory.states import trust_filter, verdict
 from neverest.transports.adapters import configured
 
 EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent", "session",
@@ -121,37 +117,22 @@ def cmd_sleep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _state_of(memory: Memory, row: dict[str, object], origin: str, counts: Callable[[str], bool]) -> tuple[str, int]:
-    """A lesson's state: archived, local (never published) or its commons state, and its support."""
-    if row["archived"] and row["origin"] == "":
-        return "archived", 0
-    held = holdings.about(memory.store.db, str(row["hash"]))
-    if not held:
-        return "local", 0
-    v = verdict(memory.store.db, str(row["hash"]), now=memory.clock.now(), config=memory.config, own_origin=origin,
-                counts=counts, held=held)
-    return v.state, v.support
-
-
 def cmd_lessons(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
-        origin = memory.identity.origin
-        rows = lesson_rows(memory.store, kind=args.kind, include_archived=args.all)
-        counts = trust_filter(memory.store.db, memory.config, origin)
-        if not rows and not args.json:
-            print("no lessons yet: they are learned at the next sleep from the events remembered "
-                  "(neverestctl sleep runs one now)")
-        for row in rows:
-            state, support = _state_of(memory, row, origin, counts)
-            if args.json:
-                print(json.dumps({
-                    "hash": row["hash"], "kind": row["kind"], "text": row["text"], "strength": row["strength"],
-                    "seen": row["seen"], "state": state, "support": support, "origin": row["origin"] or origin,
-                    "updated": row["updated"], "id": row["id"], "sources": row["sources"], "layer": row["layer"],
-                }, ensure_ascii=False))
-            else:
-                print(f"{row['hash'][:8]}  {row['kind']:<10} {row['strength']:5.2f}  seen {row['seen']:<3} "
-                      f"{state:<9} {support:>2}  {row['text']}")
+        lessons = memory.lessons(kind=args.kind, include_archived=args.all)
+    if not lessons and not args.json:
+        print("no lessons yet: they are learned at the next sleep from the events remembered "
+              "(neverestctl sleep runs one now)")
+    for lesson in lessons:
+        if args.json:
+            print(json.dumps({
+                "hash": lesson.hash, "kind": lesson.kind, "text": lesson.text, "strength": lesson.strength,
+                "seen": lesson.seen, "state": lesson.state, "support": lesson.support, "origin": lesson.origin,
+                "updated": lesson.updated, "id": lesson.id, "sources": lesson.sources, "layer": lesson.layer,
+            }, ensure_ascii=False))
+        else:
+            print(f"{lesson.hash[:8]}  {lesson.kind:<10} {lesson.strength:5.2f}  seen {lesson.seen:<3} "
+                  f"{lesson.state:<9} {lesson.support:>2}  {lesson.text}")
     return 0
 
 

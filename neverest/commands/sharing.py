@@ -9,12 +9,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from neverest.commands.common import CommandFailed, UsageError, daemon_or_here, open_memory
-from neverest.memory import holdings
-from neverest.memory import publish as publishing
-from neverest.memory.queries import lessons as lesson_queries
-from neverest.memory.render import lesson_rows
+from neverest.memory import views
 from neverest.memory.service import Memory, OwnerError
-from neverest.memory.states import verdict
 from neverest.transports import commons_client
 from neverest.transports.adapters import CommonsTransport, FolderTransport
 
@@ -78,51 +74,15 @@ def _owner(fn: Callable[[], T]) -> T:
 
 
 def _find(memory: Memory, prefix: str) -> str:
-    prefix = prefix.lower()
-    if len(prefix) < 6:
-        raise UsageError("give at least 6 hex digits of the lesson's hash")
-    found = lesson_queries.find_by_prefix(memory.store.db, prefix)
-    if len(found) != 1:
-        raise UsageError(f"{len(found)} lessons have a hash starting with {prefix}")
-    return found.pop()
-
-
-def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
-    """A lesson by hash prefix: its text, state, publishers, supporters, refuters, the rows held here and its
-    records.
-
-    Raises UsageError when the prefix is too short or does not name exactly one lesson.
-    """
-    target = _find(memory, prefix)
-    db = memory.store.db
-    origin = memory.identity.origin
-    held = holdings.about(db, target)
-    v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin, held=held)
-    lessons = lesson_rows(memory.store, include_archived=True, target=target)
-    records = [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
-                "received": h.received, "superseded": h.superseded} for h in held]
-    tomb = holdings.tombstone(db, target)
-    first = lessons[0] if lessons else {}
-    # Why a lesson of a published project is not signed (its text, once scrubbed), or None.
-    held_back = publishing.held_back(db).get(target)
-    return {
-        "hash": target, "text": first.get("text"), "kind": first.get("kind"),
-        "state": v.state, "support": v.support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
-        "supporters": list(v.supporters), "revoked_by": list(v.revoked_by), "tombstone": tomb,
-        # Origins whose sessions met the lesson's situation and saw it not hold: they inform trust and
-        # never move the state (PROTOCOL.md §1, "Refutations"); a publisher's own is listed, and ignored there.
-        "refuted_by": holdings.refuters(db, target),
-        "held_back": held_back,
-        "last_support": v.last_support.isoformat() if v.last_support else None,
-        "held_here": [{"id": r["id"], "origin": r["origin"] or origin, "strength": r["strength"], "seen": r["seen"],
-                       "layer": r["layer"], "archived": r["archived"], "sources": r["sources"]} for r in lessons],
-        "records": records,
-    }
+    try:
+        return views.find(memory.store.db, prefix)
+    except views.LessonNotFound as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
-        out = lesson_details(memory, args.hash)
+        out = memory.lesson(_find(memory, args.hash))
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
         return 0
