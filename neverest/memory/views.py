@@ -138,10 +138,10 @@ def load(db: sqlite3.Connection, *, now: datetime, config: Config, own_origin: s
     needing = {row.hash for row in rows
                if state_label(own=row.origin == "", recorded=row.hash in recorded, archived=row.archived) is None}
     states = judge(db, needing, now=now, config=config, own_origin=own_origin) if needing else {}
-    return [view(row, own_origin, states.get(row.hash), recorded=row.hash in recorded) for row in rows]
+    return [_view(row, own_origin, states.get(row.hash), recorded=row.hash in recorded) for row in rows]
 
 
-def view(row: LessonRow, own_origin: str, judged: tuple[str, int] | None, *, recorded: bool) -> LessonView:
+def _view(row: LessonRow, own_origin: str, judged: tuple[str, int] | None, *, recorded: bool) -> LessonView:
     """One row as the doors show it; ``judged``: its hash's commons state and support, when it needs them."""
     own = row.origin == ""
     label = state_label(own=own, recorded=recorded, archived=row.archived)
@@ -157,12 +157,12 @@ def view(row: LessonRow, own_origin: str, judged: tuple[str, int] | None, *, rec
                       strength=round(row.strength, 4), seen=row.seen, layer=row.layer, archived=row.archived)
 
 
-def strongest(views: Iterable[LessonView]) -> list[LessonView]:
+def strongest(lessons: Iterable[LessonView]) -> list[LessonView]:
     """One view per hash, the strongest (the nearer layer on a tie), strongest first: the union of the
     layers as an agent reads it.  Layers never overwrite one another: each keeps its own row (a
     received record never edits a lesson learned here); this only chooses which instance to show."""
     best: dict[str, LessonView] = {}
-    for v in views:
+    for v in lessons:
         held = best.get(v.hash)
         if held is None or (v.strength, -LAYERS.index(v.layer)) > (held.strength, -LAYERS.index(held.layer)):
             best[v.hash] = v
@@ -201,11 +201,11 @@ def details(db: sqlite3.Connection, prefix: str, *, now: datetime, config: Confi
     target = find(db, prefix)
     held = holdings.about(db, target)
     v = verdict(db, target, now=now, config=config, own_origin=own_origin, held=held)
-    views = [view(row, own_origin, (v.state, v.support), recorded=bool(held))
-             for row in lessons.rows(db, include_archived=True, target=target)]
-    first = views[0] if views else None
+    copies = [_view(row, own_origin, (v.state, v.support), recorded=bool(held))
+              for row in lessons.rows(db, include_archived=True, target=target)]
+    first = copies[0] if copies else None
     # The lesson's state, not its rows': an own lesson archived here still has its commons state.
-    label = state_label(own=any(h.own for h in views), recorded=bool(held))
+    label = state_label(own=any(c.own for c in copies), recorded=bool(held))
     if first is not None:
         provenance = first.provenance
     else:
@@ -222,8 +222,8 @@ def details(db: sqlite3.Connection, prefix: str, *, now: datetime, config: Confi
         # Why a lesson of a published project is not signed (its text, once scrubbed), or None.
         "held_back": publishing.held_back(db).get(target),
         "last_support": v.last_support.isoformat() if v.last_support else None,
-        "held_here": [{"id": h.id, "origin": h.origin, "strength": h.strength, "seen": h.seen, "layer": h.layer,
-                       "archived": h.archived, "sources": h.sources} for h in views],
+        "held_here": [{"id": c.id, "origin": c.origin, "strength": c.strength, "seen": c.seen, "layer": c.layer,
+                       "archived": c.archived, "sources": c.sources} for c in copies],
         "records": [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
                      "received": h.received, "superseded": h.superseded} for h in held],
     }
