@@ -686,8 +686,9 @@ def undo(env: Environment, *, dry_run: bool = False) -> list[dict[str, str]]:
                 new = remover(current, path)
             except SetupError as exc:
                 kept[key] = entry
-                done.append({"file": key, "action": f"not undone, left as it is: {exc}; the original is kept in "
-                             f"{env.backups / entry['backup'] if entry.get('backup') else env.backups}"}
+                was = f"its original is kept in {env.backups / entry['backup']}" if entry.get("backup") else \
+                    "setup made it (there was no such file before)"
+                done.append({"file": key, "action": f"not undone, left as it is: {exc}; {was}"}
                             | ({"agent": entry["agent"]} if entry.get("agent") else {}))
                 continue
             action = "changed since setup: only Neverest's entries removed, the rest kept"
