@@ -9,6 +9,11 @@ interleaved so that a noisy neighbour weighs on all of them alike.  The first ca
 the commons state of the received lessons and keeps it (the slow path), is reported on its own.
 
     python benchmarks/bench_hook.py [--lessons 1000] [--episodes 1000] [--runs 30] [--json]
+        [--embed-url URL --embed-model NAME]
+
+With ``--embed-url`` and ``--embed-model`` the model is configured in the home's config.toml and the lessons are
+embedded in its space before the runs (as a sleep would), so UserPromptSubmit asks the model for the prompt's
+vector (neverest/agents/hook_model.py); a URL where nothing listens measures the fall back to the hashed space.
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from gen_episodes import FAILURES, SAID, TOOLS, events
 
 from neverest.clock import iso
 from neverest.config import Config
-from neverest.memory.embed import hashed_vector, to_blob
+from neverest.memory.embed import HASHED_SPACE, ModelEmbedder, hashed_vector, to_blob
 from neverest.memory.events import ingest
+from neverest.memory.model import Endpoint
 from neverest.memory.queries import lessons
 from neverest.memory.receive import receive
+from neverest.memory.sleep import embed_rows
 from neverest.memory.store import open_store
 from neverest.records import lesson_hash, sign_confirm, sign_lesson
 
@@ -74,6 +81,18 @@ def build(home: Path, n_lessons: int, n_episodes: int, projects: int) -> None:
     store.close()
 
 
+def embed_lessons(home: Path, url: str, model: str) -> None:
+    """The model configured, and the lessons moved into its space as the next sleep would move them (a model
+    that does not answer leaves them hashed: the hook then has nothing to ask it for)."""
+    with (home / "config.toml").open("a") as config:
+        config.write(f'embed_url = "{url}"\nembed_model = "{model}"\n')
+    store = open_store(home)
+    with ModelEmbedder(Endpoint(url, model)) as embedder:
+        if embedder.probe() != HASHED_SPACE:
+            embed_rows(store, embedder, "lessons", stop_on_fallback=True)
+    store.close()
+
+
 def payloads(session: str) -> dict[str, dict[str, Any]]:
     base = {"session_id": session, "transcript_path": "/nonexistent.jsonl", "cwd": "/src/proj3"}
     return {
@@ -102,12 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projects", type=int, default=7)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--embed-url", default="")
+    parser.add_argument("--embed-model", default="")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir(mode=0o700)
         (home / "config.toml").write_text('trust = "any"\n')
         build(home, args.lessons, args.episodes, args.projects)
+        if args.embed_url:
+            embed_lessons(home, args.embed_url, args.embed_model)
         env = os.environ | {"NEVEREST_HOME": str(home), "NEVEREST_NOW": iso(NOW), "NEVEREST_HOLDOUT": "0"}
         # What the console script neverest-hook runs (as pip writes it), without runpy's cost of -m.
         hook = [sys.executable, "-c", "import sys; from neverest.agents.hook import entry; sys.exit(entry())"]
@@ -123,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 answered[name] += bool(out)
     base = p95(times["python -c pass"])
     result: dict[str, Any] = {"lessons": args.lessons, "episodes": args.episodes, "runs": args.runs,
+                              "model": args.embed_model if args.embed_url else "",
                               "first_call_ms": round(first * 1000, 1), "p95_ms": {}, "median_ms": {}, "ratio_p95": {},
                               "answered": answered}
     for name, values in times.items():
@@ -134,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"hook on {args.lessons} lessons, {args.episodes} episodes; {args.runs} runs each "
+        print(f"hook on {args.lessons} lessons, {args.episodes} episodes"
+              + (f", model {args.embed_model} at {args.embed_url}" if args.embed_url else "")
+              + f"; {args.runs} runs each "
               f"(first call, judging the received lessons: {result['first_call_ms']} ms)")
         for name in times:
             ratio = result["ratio_p95"].get(name)

@@ -1,0 +1,167 @@
+"""The hook's way to a configured embedding model: one query, a strict time limit, else the hashed space.
+
+When ``embed_url`` and ``embed_model`` are configured (config.toml, or ``NEVEREST_EMBED_URL`` and
+``NEVEREST_EMBED_MODEL``, as ``neverest.config`` reads them), the nightly sleep stores the lessons' vectors
+in the model's space (``model:<name>``), and the hook matches a prompt against them there: it needs the
+prompt's vector in that space, from the same OpenAI-compatible ``POST {embed_url}/embeddings``
+``neverest.memory.embed.ModelEmbedder`` uses.
+
+The hook runs on every prompt and must never hold the agent up, so the call here is bounded by
+``TIMEOUT_S`` (and by what is left of the hook's deadline), and every failure (nothing listening, too
+slow, an HTTP error, an answer that is not one finite vector) gives ``None``: the hook then matches in the
+hashed space, as it does with no model.  A failure is also written down in the home (``LATCH_FILE``, its
+time), and for ``RETRY_AFTER_S`` after it the model is not asked at all: a model that is slow (loading,
+swapped out) costs one prompt ``TIMEOUT_S``, not every prompt until it recovers.
+
+Standard library only; its HTTP client is imported only when the model is asked, so that reading the
+configuration costs a hook without a model nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+# neverest.memory.embed.MODEL_SPACE_PREFIX, restated: the hook does not import numpy.
+MODEL_SPACE_PREFIX: Final = "model:"
+# A query is one short text: a model served on this machine embeds it in a few milliseconds
+# (all-MiniLM-L6-v2 in 4-20 ms here, docs/sessions.md "Model space"); a quarter of a second is
+# already a model that is loading or swapped out, and waiting for it would be felt on every prompt.
+TIMEOUT_S: Final = 0.25
+RETRY_AFTER_S: Final = 60.0
+LATCH_FILE: Final = "hook-model-down"
+MAX_ANSWER_BYTES: Final = 1 << 20  # one vector of at most 8192 numbers as JSON is well under this
+MAX_DIM: Final = 8192  # neverest.memory.embed.MAX_MODEL_DIM
+CONFIG_FILE: Final = "config.toml"  # neverest.paths.CONFIG_FILE
+URL_ENV: Final = "NEVEREST_EMBED_URL"
+MODEL_ENV: Final = "NEVEREST_EMBED_MODEL"
+MAX_TEXT_CHARS: Final = 8192  # neverest.memory.embed.MAX_MODEL_TEXT_CHARS
+
+
+def configured(home: Path) -> tuple[str, str] | None:
+    """(embed_url, embed_model) as the configuration sets them, or None when no model is configured.
+
+    The environment wins over config.toml, as in ``neverest.config``; the file is parsed only when it
+    mentions ``embed_`` at all, so a hook without a model pays a read of a small file, not tomllib."""
+    url, model = os.environ.get(URL_ENV), os.environ.get(MODEL_ENV)
+    if url is None or model is None:
+        try:
+            raw = (home / CONFIG_FILE).read_bytes()
+        except OSError:
+            raw = b""
+        if b"embed_" in raw:
+            import tomllib
+
+            table = tomllib.loads(raw.decode("utf-8"))
+            url = url if url is not None else str(table.get("embed_url", ""))
+            model = model if model is not None else str(table.get("embed_model", ""))
+    url, model = (url or "").strip(), (model or "").strip()
+    return (url, model) if url and model else None
+
+
+class ModelQuery:
+    """Asks the model for one text's vector; ``None`` on any failure, with the reason in ``last_error``.
+
+    ``latch``: the file that remembers a failure (None: remember nothing, as replay does); ``now``: the
+    hook's clock, against which the latch's time is read."""
+
+    def __init__(self, url: str, model: str, *, timeout_s: float = TIMEOUT_S, latch: Path | None = None,
+                 now: datetime | None = None) -> None:
+        self.url, self.model, self.timeout_s, self.latch, self.now = url, model, timeout_s, latch, now
+        self.space = MODEL_SPACE_PREFIX + model
+        self.last_error: str | None = None
+        self.asked = False  # whether the model was asked (not skipped for the latch)
+
+    def latched(self) -> bool:
+        """Whether a failure less than ``RETRY_AFTER_S`` ago says not to ask."""
+        if self.latch is None or self.now is None:
+            return False
+        try:
+            failed = datetime.fromisoformat(self.latch.read_text().strip())
+        except (OSError, ValueError):
+            return False
+        return failed.tzinfo is not None and self.now - failed < timedelta(seconds=RETRY_AFTER_S)
+
+    def vector(self, text: str, deadline: float = math.inf) -> list[float] | None:
+        """``text``'s unit vector in the model's space, asked within ``min(timeout_s, deadline - now)``."""
+        if self.latched():
+            self.last_error = f"the model failed less than {RETRY_AFTER_S:g} s ago ({self.latch}): not asked"
+            return None
+        budget = min(self.timeout_s, deadline - time.monotonic())
+        if budget <= 0.01:
+            self.last_error = "no time left to ask the model"
+            return None
+        self.asked = True
+        import http.client
+
+        try:
+            found = self._ask(text[:MAX_TEXT_CHARS], budget)
+        except (OSError, http.client.HTTPException, ValueError, RecursionError) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+            self._remember_failure()
+            return None
+        self.last_error = None
+        if self.latch is not None:
+            try:
+                self.latch.unlink()
+            except OSError:
+                pass
+        return found
+
+    def _ask(self, text: str, budget: float) -> list[float]:
+        import http.client
+        from urllib.parse import urlsplit
+
+        started = time.monotonic()
+        parts = urlsplit(self.url.rstrip("/") + "/embeddings")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"embed_url {self.url!r} is not an http:// or https:// URL")
+        connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = connection_class(parts.hostname, parts.port, timeout=budget)
+        try:
+            body = json.dumps({"model": self.model, "input": [text]}).encode("ascii")
+            path = parts.path + (f"?{parts.query}" if parts.query else "")
+            connection.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+            response = connection.getresponse()
+            data = response.read(MAX_ANSWER_BYTES + 1)
+        finally:
+            connection.close()
+        # The socket's timeout bounds each wait, not their sum: a server that trickles is cut here.
+        if time.monotonic() - started > budget:
+            raise TimeoutError(f"the model answered after {time.monotonic() - started:.2f} s")
+        if response.status != 200:
+            raise ValueError(f"HTTP {response.status}")
+        if len(data) > MAX_ANSWER_BYTES:
+            raise ValueError("the answer is too large")
+        return _unit(json.loads(data, parse_constant=_refuse))
+
+    def _remember_failure(self) -> None:
+        if self.latch is None or self.now is None:
+            return
+        try:
+            self.latch.write_text(self.now.isoformat())
+        except OSError:
+            pass
+
+
+def _refuse(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _unit(answer: object) -> list[float]:
+    data = answer.get("data") if isinstance(answer, dict) else None
+    first = data[0] if isinstance(data, list) and len(data) == 1 else None
+    row = first.get("embedding") if isinstance(first, dict) else None
+    if not isinstance(row, list) or not 1 <= len(row) <= MAX_DIM:
+        raise ValueError("the answer is not one embedding")
+    if not all(type(x) in (int, float) and math.isfinite(x) for x in row):
+        raise ValueError("the embedding holds something other than finite numbers")
+    norm = math.sqrt(math.fsum(x * x for x in row))
+    if norm == 0.0:
+        raise ValueError("the embedding is zero")
+    return [x / norm for x in row]
