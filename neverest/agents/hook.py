@@ -15,7 +15,10 @@ event).  What each event gets:
   about);
 - ``UserPromptSubmit`` ("``additionalContext``: String added to Claude's context"): the lessons that share
   ``MIN_SHARED_TERMS`` key terms with the prompt (``neverest.memory.keyterms``) at or above recall's
-  relevance floor in the hashed space, and those the last Stop kept for it (below);
+  relevance floor in the hashed space, and those the last Stop kept for it (below).  With an embedding
+  model configured, a lesson whose vector the sleep put in the model's space is compared there
+  (``MODEL_MIN_SHARED_TERMS``, ``MODEL_MIN_COSINE``), the prompt's vector asked of the model within
+  ``hook_model.TIMEOUT_S``; a model that does not answer in time leaves the hashed space's rule;
 - ``PreToolUse`` ("``additionalContext``: String added to Claude's context before the tool executes";
   never ``permissionDecision``): before a shell call, the error and correction lessons whose moment it is
   (``moments.py``: the trait or program their sentence names; an error learned here only in its own
@@ -45,8 +48,9 @@ JSON, no memory, a locked store, a slow daemon) it prints nothing and exits 0, w
 ``permissionDecision``, which would block or steer the agent.
 
 It is run on every prompt and tool call, so it imports the standard library only on the way to an
-answer: the hashed-space vectors are computed here in plain Python (``tests/test_hook.py`` checks
-them against ``neverest.memory.embed``), the daemon is asked over its socket directly.  The heavy
+answer (the model's client too, ``hook_model.py``): the hashed-space vectors are computed here in plain
+Python (``tests/test_hook.py`` checks them against ``neverest.memory.embed``), the daemon is asked over its
+socket directly.  The heavy
 modules load only when they are needed: judging the commons state of a published or received lesson
 (then cached for ``STATE_TTL_S`` in ``lesson_states``), and storing an error without a daemon.
 """

@@ -116,6 +116,7 @@ class ReplayReport:
     space: str = HASHED_SPACE  # the space the memory ran in
     # The spaces the throwaway memory's vectors were in at the end: {"episodes": {space: rows}, "lessons": ...}.
     stored: dict[str, dict[str, int]] = field(default_factory=dict)
+    learned: list[str] = field(default_factory=list)  # "kind: text" of every lesson learned, strongest first
     files: int = 0
     sessions: int = 0
     skipped: int = 0  # files with no timestamp or no turn
@@ -131,7 +132,8 @@ class ReplayReport:
     def to_json(self) -> dict[str, Any]:
         return {"space": self.space, "stored": self.stored, "files": self.files, "sessions": self.sessions,
                 "skipped": self.skipped, "days": self.days, "lessons": self.lessons, "repeats": self.repeats,
-                **self.memory.to_json(), "baseline": self.baseline.to_json(), "examples": self.examples}
+                **self.memory.to_json(), "baseline": self.baseline.to_json(), "examples": self.examples,
+                "learned": self.learned}
 
     def explained(self) -> str:
         """Each repeat (caught or missed) and each injection (used or unused), a line each."""
@@ -434,6 +436,8 @@ def replay(claude: Path | None, codex: Path | None, *, config: Config | None = N
             report.lessons = lesson_queries.own_count(memory.store.db)
             report.stored = {table: embedding_queries.spaces(memory.store.db, table)
                              for table in ("episodes", "lessons")}
+            report.learned = [f"{r.kind}: {r.text}" for r in lesson_queries.rows(memory.store.db, include_archived=True)
+                              if r.origin == ""]
     return report
 
 
