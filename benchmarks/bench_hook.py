@@ -13,7 +13,10 @@ the commons state of the received lessons and keeps it (the slow path), is repor
 
 With ``--embed-url`` and ``--embed-model`` the model is configured in the home's config.toml and the lessons are
 embedded in its space before the runs (as a sleep would), so UserPromptSubmit asks the model for the prompt's
-vector (neverest/agents/hook_model.py); a URL where nothing listens measures the fall back to the hashed space.
+vector (neverest/agents/hook_model.py); the prompt is also timed with the model gone (the configuration pointing
+at a port where nothing listens, the lessons still in the model's space), each call finding it down (the latch
+that spares the calls after a failure removed before each), the fall back to the hashed space.  The 2.5 ×
+target is checked on the runs without a model.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import argparse
 import json
 import os
 import random
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +41,7 @@ import nacl.signing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_episodes import FAILURES, SAID, TOOLS, events
 
+from neverest.agents.hook_model import LATCH_FILE
 from neverest.clock import iso
 from neverest.config import Config
 from neverest.memory.embed import HASHED_SPACE, ModelEmbedder, hashed_vector, to_blob
@@ -129,21 +135,41 @@ def main(argv: list[str] | None = None) -> int:
         home.mkdir(mode=0o700)
         (home / "config.toml").write_text('trust = "any"\n')
         build(home, args.lessons, args.episodes, args.projects)
+        homes = {"": home}
         if args.embed_url:
-            embed_lessons(home, args.embed_url, args.embed_model)
-        env = os.environ | {"NEVEREST_HOME": str(home), "NEVEREST_NOW": iso(NOW), "NEVEREST_HOLDOUT": "0"}
+            # The same memory twice more: with the model (its lessons in its space), and with the model gone.
+            homes["model"] = Path(tmp) / "model"
+            shutil.copytree(home, homes["model"])
+            embed_lessons(homes["model"], args.embed_url, args.embed_model)
+            homes["model down"] = Path(tmp) / "down"
+            shutil.copytree(homes["model"], homes["model down"])
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            config = homes["model down"] / "config.toml"
+            config.write_text(config.read_text().replace(args.embed_url, f"http://127.0.0.1:{port}/v1"))
+        env = {name: os.environ | {"NEVEREST_HOME": str(h), "NEVEREST_NOW": iso(NOW), "NEVEREST_HOLDOUT": "0"}
+               for name, h in homes.items()}
         # What the console script neverest-hook runs (as pip writes it), without runpy's cost of -m.
         hook = [sys.executable, "-c", "import sys; from neverest.agents.hook import entry; sys.exit(entry())"]
-        first, out = timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env)
-        answered = {name: 0 for name in payloads("x")}
-        times: dict[str, list[float]] = {"python -c pass": []} | {name: [] for name in payloads("x")}
+        first, out = timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env[""])
+        for name in homes:
+            if name:
+                timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env[name])
+        # Every event without a model; with one, the prompt (the only event that asks it).
+        rows = [(name, "") for name in payloads("x")] + [("UserPromptSubmit", h) for h in homes if h]
+        label = {row: row[0] + (f", {row[1]}" if row[1] else "") for row in rows}
+        answered = {label[row]: 0 for row in rows}
+        times: dict[str, list[float]] = {"python -c pass": []} | {label[row]: [] for row in rows}
         for run in range(args.runs):
-            took, _ = timed([sys.executable, "-c", "pass"], b"", env)
+            took, _ = timed([sys.executable, "-c", "pass"], b"", env[""])
             times["python -c pass"].append(took)
-            for name, payload in payloads(f"bench-{run}").items():
-                took, out = timed(hook, json.dumps(payload).encode(), env)
-                times[name].append(took)
-                answered[name] += bool(out)
+            for event, where in rows:
+                if where == "model down":  # each call finds the model down (not the failure of a call before)
+                    (homes[where] / LATCH_FILE).unlink(missing_ok=True)
+                took, out = timed(hook, json.dumps(payloads(f"bench-{run}")[event]).encode(), env[where])
+                times[label[event, where]].append(took)
+                answered[label[event, where]] += bool(out)
     base = p95(times["python -c pass"])
     result: dict[str, Any] = {"lessons": args.lessons, "episodes": args.episodes, "runs": args.runs,
                               "model": args.embed_model if args.embed_url else "",
@@ -154,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         result["median_ms"][name] = round(statistics.median(values) * 1000, 1)
         if name != "python -c pass":
             result["ratio_p95"][name] = round(p95(values) / base, 2)
-    result["target_met"] = all(r <= 2.5 for r in result["ratio_p95"].values())
+    # The target is the hook's without a model (README, "Figures"); with one it is measured, not held to it.
+    result["target_met"] = all(r <= 2.5 for name, r in result["ratio_p95"].items() if ", model" not in name)
     if args.json:
         print(json.dumps(result))
     else:
@@ -164,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(first call, judging the received lessons: {result['first_call_ms']} ms)")
         for name in times:
             ratio = result["ratio_p95"].get(name)
-            print(f"  {name:<18} median {result['median_ms'][name]:7.1f} ms   p95 {result['p95_ms'][name]:7.1f} ms"
+            print(f"  {name:<28} median {result['median_ms'][name]:7.1f} ms   p95 {result['p95_ms'][name]:7.1f} ms"
                   + (f"   {ratio:.2f} × python -c pass  (answered {answered[name]}/{args.runs})" if ratio else ""))
         print(f"  target p95 ≤ 2.5 × python -c pass: {'met' if result['target_met'] else 'NOT met'}")
     return 0

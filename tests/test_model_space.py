@@ -4,10 +4,12 @@ quickly, when it is down or slow."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -211,3 +213,53 @@ def test_the_tiny_model_is_not_the_hashed_space() -> None:
     """The tests above would prove nothing if the fake model's vectors were the hashed space's."""
     tiny = np.frombuffer(_tiny(LESSON), dtype="<f4")
     assert tiny.shape == (DIM,) and float(tiny @ hashed_vector(LESSON)[:DIM]) < 0.9
+
+
+# ("ragged" is no error for one query: a vector of another length is left out where it is compared, in rank.)
+@pytest.mark.parametrize("mode", ["500", "garbage", "big", "nan", "strings", "rows", "no-data", "trickle"])
+def test_a_wrong_answer_is_no_vector_and_is_remembered(tmp_path: Path, server: FakeModelServer, mode: str) -> None:
+    server.mode = mode
+    latch = tmp_path / hook_model.LATCH_FILE
+    query = hook_model.ModelQuery(server.url, "tiny", latch=latch, now=NOW)
+    started = time.monotonic()
+    assert query.vector(PROMPT) is None
+    assert time.monotonic() - started < hook_model.TIMEOUT_S + 0.3  # the trickling server is cut at the limit
+    assert query.last_error and latch.read_text() == NOW.isoformat()
+
+
+def test_answers_are_read_with_a_length_kept_alive_or_chunked(server: FakeModelServer) -> None:
+    """The plain-socket client reads an answer whose connection stays open (HTTP/1.1 with a length, as
+    benchmarks/embed_server.py answers), one that ends when the connection closes, and a chunked one."""
+    expected = unit(np.array(words_row(PROMPT, DIM)))
+    for mode in ("ok", "big-stream"):  # big-stream: no length, the body ends when the connection closes
+        server.mode = mode
+        found = hook_model.ModelQuery(server.url, "tiny").vector(PROMPT)
+        assert found is not None and np.allclose(found, expected, atol=1e-6)
+
+    class Chunked(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps({"data": [{"index": 0, "embedding": words_row(request["input"][0], DIM)}]}).encode()
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(body), 100):
+                part = body[start:start + 100]
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    chunked = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chunked)
+    thread = threading.Thread(target=chunked.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        found = hook_model.ModelQuery(f"http://127.0.0.1:{chunked.server_address[1]}/v1", "tiny").vector(PROMPT)
+        assert found is not None and np.allclose(found, expected, atol=1e-6)
+    finally:
+        chunked.shutdown()
+        chunked.server_close()
+        thread.join()

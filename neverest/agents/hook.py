@@ -73,6 +73,7 @@ from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from operator import mul
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -494,7 +495,7 @@ class _ModelSpace:
         if len(lesson) != len(self._vector):
             return None  # stored by another build of the model: the next sleep re-embeds it
         self.compared += 1
-        return sum(a * b for a, b in zip(self._vector, lesson, strict=True))
+        return float(sum(map(mul, self._vector, lesson)))  # a third of the time of a generator over zip
 
     def explained(self) -> str:
         assert self.model is not None

@@ -13,8 +13,8 @@ hashed space, as it does with no model.  A failure is also written down in the h
 time), and for ``RETRY_AFTER_S`` after it the model is not asked at all: a model that is slow (loading,
 swapped out) costs one prompt ``TIMEOUT_S``, not every prompt until it recovers.
 
-Standard library only; its HTTP client is imported only when the model is asked, so that reading the
-configuration costs a hook without a model nothing.
+Standard library only, and light: the request goes over a plain socket (``_post_http``), imported only when
+the model is asked, so that reading the configuration costs a hook without a model nothing.
 """
 
 from __future__ import annotations
@@ -97,12 +97,11 @@ class ModelQuery:
             self.last_error = "no time left to ask the model"
             return None
         self.asked = True
-        import http.client
-
         try:
-            found = self._ask(text[:MAX_TEXT_CHARS], budget)
-        except (OSError, http.client.HTTPException, ValueError, RecursionError) as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+            found = _unit(json.loads(self._ask(text[:MAX_TEXT_CHARS], budget), parse_constant=_refuse))
+        # Socket errors and timeouts are OSErrors; a wrong answer (HTTP, JSON, the vector) a ValueError.
+        except (OSError, ValueError, RecursionError) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"[:300]
             self._remember_failure()
             return None
         self.last_error = None
@@ -113,32 +112,19 @@ class ModelQuery:
                 pass
         return found
 
-    def _ask(self, text: str, budget: float) -> list[float]:
-        import http.client
+    def _ask(self, text: str, budget: float) -> bytes:
+        """The body of the model's 200 answer to ``POST {url}/embeddings``, within ``budget`` seconds."""
         from urllib.parse import urlsplit
 
-        started = time.monotonic()
         parts = urlsplit(self.url.rstrip("/") + "/embeddings")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"embed_url {self.url!r} is not an http:// or https:// URL")
-        connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        connection = connection_class(parts.hostname, parts.port, timeout=budget)
-        try:
-            body = json.dumps({"model": self.model, "input": [text]}).encode("ascii")
-            path = parts.path + (f"?{parts.query}" if parts.query else "")
-            connection.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
-            response = connection.getresponse()
-            data = response.read(MAX_ANSWER_BYTES + 1)
-        finally:
-            connection.close()
-        # The socket's timeout bounds each wait, not their sum: a server that trickles is cut here.
-        if time.monotonic() - started > budget:
-            raise TimeoutError(f"the model answered after {time.monotonic() - started:.2f} s")
-        if response.status != 200:
-            raise ValueError(f"HTTP {response.status}")
-        if len(data) > MAX_ANSWER_BYTES:
-            raise ValueError("the answer is too large")
-        return _unit(json.loads(data, parse_constant=_refuse))
+        body = json.dumps({"model": self.model, "input": [text]}).encode("ascii")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        deadline = time.monotonic() + budget
+        if parts.scheme == "https":
+            return _post_https(parts.hostname, parts.port, path, body, budget)
+        return _post_http(parts.hostname, parts.port or 80, path, body, deadline)
 
     def _remember_failure(self) -> None:
         if self.latch is None or self.now is None:
@@ -147,6 +133,97 @@ class ModelQuery:
             self.latch.write_text(self.now.isoformat())
         except OSError:
             pass
+
+
+def _post_http(host: str, port: int, path: str, body: bytes, deadline: float) -> bytes:
+    """One HTTP/1.1 POST over a plain socket, the connection closed after it.
+
+    Not http.client: importing it (and the email package it parses headers with) took 45-65 ms here, more
+    than the model's answer; a socket is a few.  The answer is read to its end or ``MAX_ANSWER_BYTES``,
+    each wait bounded by what is left of ``deadline``; a chunked body is joined."""
+    import socket
+
+    host_header = f"[{host}]" if ":" in host else host
+    request = (f"POST {path} HTTP/1.1\r\nHost: {host_header}:{port}\r\nContent-Type: application/json\r\n"
+               f"Accept: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection((host, port), timeout=_left(deadline)) as sock:
+        sock.sendall(request + body)
+        data = bytearray()
+        while len(data) <= MAX_ANSWER_BYTES + 65536:
+            sock.settimeout(_left(deadline))
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            if _complete(data):
+                break
+    head, _, rest = bytes(data).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = lines[0].split(b" ", 2)
+    if len(status) < 2 or not status[0].startswith(b"HTTP/"):
+        raise ValueError("the answer is not HTTP")
+    if status[1] != b"200":
+        raise ValueError(f"HTTP {status[1].decode('ascii', 'replace')}")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        rest = _unchunk(rest)
+    elif b"content-length" in headers:
+        rest = rest[:int(headers[b"content-length"])]
+    if len(rest) > MAX_ANSWER_BYTES:
+        raise ValueError("the answer is too large")
+    return rest
+
+
+def _complete(data: bytearray) -> bool:
+    """Whether an answer with a Content-Length is all there (the server may keep the connection open)."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    for line in bytes(data[:end]).split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return len(data) - end - 4 >= int(value.strip())
+    return False
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = bytearray()
+    while True:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            return bytes(out)
+        if len(data) < size:
+            raise ValueError("the chunked answer was cut")
+        out += data[:size]
+        data = data[size + 2:]
+
+
+def _post_https(host: str, port: int | None, path: str, body: bytes, budget: float) -> bytes:
+    """The same over TLS, through http.client (slower to import; a model on this machine rarely needs it)."""
+    import http.client
+
+    connection = http.client.HTTPSConnection(host, port, timeout=budget)
+    try:
+        connection.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+        response = connection.getresponse()
+        data = response.read(MAX_ANSWER_BYTES + 1)
+    except http.client.HTTPException as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise ValueError(f"HTTP {response.status}")
+    if len(data) > MAX_ANSWER_BYTES:
+        raise ValueError("the answer is too large")
+    return data
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the model did not answer in time")
+    return left
 
 
 def _refuse(name: str) -> float:
