@@ -110,7 +110,7 @@ def figures(report: ReplayReport, took_s: float) -> dict[str, Any]:
             "caught": report.memory.caught, "missed": report.memory.missed,
             "injections": report.memory.injections, "unused": report.memory.unused,
             "by_event": {e: f"{n} ({unused_by_event[e]} unused)" for e, n in sorted(by_event.items())},
-            "baseline": report.baseline.to_json(), "seconds": round(took_s, 1)}
+            "baseline": report.baseline.to_json(), "seconds": round(took_s, 1), "learned": report.learned}
 
 
 def run(config: Config, *, hook_model: bool = True) -> dict[str, Any]:
@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['caught']:>2}  missed {r['missed']:>2}  injections {r['injections']:>3}  unused {r['unused']:>3}"
                   f"  | baseline caught {b['caught']:>2} injections {b['injections']:>5} unused {b['unused']:>5}"
                   f"  ({r['seconds']} s)  {r['by_event']}", flush=True)
+            if name in ("hashed", "model"):
+                print("".join(f"    learned {text}\n" for text in r["learned"]), end="", flush=True)
     endpoint = Endpoint(args.embed_url, args.embed_model)
     with ModelEmbedder(endpoint) as embedder:
         checks = [recall_check(HashedEmbedder()), recall_check(embedder)]
