@@ -8,7 +8,7 @@ and the session's events are read by the same detector ``neverestctl ingest`` us
 - a **repeat** is an error or correction whose gist joins a lesson this memory had learned before
   the session began (the consolidation's own test: for an error the same mistake,
   ``phrasing.error_signature``, and for both cosine with the lesson's centroid at or above the join
-  threshold, in the hashed space); an error sent again with what worked is not a second repeat;
+  threshold, in the memory's space, below); an error sent again with what worked is not a second repeat;
 - it is **caught** when that lesson was given earlier in the session (before the repeat), else
   **missed**;
 - an **injection** is a lesson given at some moment; it is **unused** when nothing later in the
@@ -30,9 +30,10 @@ own configuration is not used, so the figures do not depend on whose machine run
 vector comparison is made in the model's space, the one the memory runs in: the nights embed the episodes
 and lessons there and consolidate with its join threshold; the repeat test, the baseline's similar
 episodes (at recall's floor in that space) and the hook's matching of prompts (through the hook's own model
-client, ``hook_model.py``, without its time limit, so that a busy machine does not change the figures) use
+client, ``hook_model.py``, with a long time limit, so that a busy machine does not change the figures) use
 it too.  A model that does not answer at the start leaves the whole replay in the hashed space, and the
-report says which space it ran in.
+report says which space it ran in; one that stops answering midway ends the replay with an error (its
+figures would mix two spaces).
 """
 
 from __future__ import annotations
