@@ -713,13 +713,19 @@ def evidence_of(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str,
     return evidence
 
 
+def earned_standing(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str, config: TrustConfig = TrustConfig(),
+                    allowed: AbstractSet[str] = frozenset()) -> tuple[Evidence, Standing]:
+    """``standing`` for the memory ``own`` (its column 0), with the evidence its rows index."""
+    evidence = evidence_of(facts_by_lesson, own=own, named=allowed)
+    return evidence, standing(evidence, [0], config, [[evidence.index[o] for o in sorted(allowed - {own})]])
+
+
 def earned(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str, config: TrustConfig = TrustConfig(),
            allowed: AbstractSet[str] = frozenset()) -> Trust:
     """The policy ``earned`` for the memory ``own``: which origins count and which corroborate, from every
     fact it holds (its own tests among them, as facts signed by ``own``).  ``allowed``: the origins its owner
     named, which always count and are pre-trusted with it."""
-    evidence = evidence_of(facts_by_lesson, own=own, named=allowed)
-    result = standing(evidence, [0], config, [[evidence.index[o] for o in sorted(allowed - {own})]])
+    evidence, result = earned_standing(facts_by_lesson, own=own, config=config, allowed=allowed)
     counted = {o for o, f in zip(evidence.origins, result.counted[:, 0].tolist(), strict=True) if f}
     counted |= set(allowed) | {own}
     backing = {o for o, f in zip(evidence.origins, result.corroborating[:, 0].tolist(), strict=True) if f}
