@@ -325,6 +325,8 @@ def _terminal(tombstone: str | None) -> State | None:
 def _policy(counts: Callable[[str], bool] | AbstractSet[str] | None) -> Callable[[str], bool]:
     if counts is None:
         return lambda origin: True
+    if isinstance(counts, Trust):
+        return counts.trusted  # called once per origin and fact: not through Trust.__call__
     if isinstance(counts, AbstractSet):
         return counts.__contains__
     return counts

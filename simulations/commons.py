@@ -80,6 +80,7 @@ class Options:
     seed: int = 1
     world: WorldOptions = field(default_factory=WorldOptions)
     config: Config = field(default_factory=Config)
+    trust_config: TrustConfig = field(default_factory=TrustConfig)  # ``earned``'s parameters (corroboration: 0 = off)
     strategy: str = "collude"  # what the adversaries do (adversaries.py)
     tactics: Tactics = field(default_factory=Tactics)
     revoke_night: int | None = None  # default: the middle of the run
@@ -308,7 +309,7 @@ class Run:
         self.engine: Simulation | None = None
         # The policy "earned": one Evidence for the run, fed the records every honest agent holds.
         self.evidence = Evidence(self.w.origins)
-        self.trust_config = TrustConfig()
+        self.trust_config = opts.trust_config
         self._in_evidence = np.zeros(0, dtype=bool)
         self._earned: npt.NDArray[np.bool_] | None = None
         self._corroborating: npt.NDArray[np.bool_] | None = None
@@ -660,6 +661,7 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "honest_agents": honest,
         "sybils": len(w.origins) - opts.agents,
         "trust": opts.trust,
+        "corroboration": opts.trust_config.corroboration,
         "strategy": opts.strategy,
         "tactics": dict(opts.tactics.__dict__),
         "exchange": opts.exchange,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from neverest.commons import TrustConfig
 from neverest.config import Config
 from simulations import commons, report
 from simulations.adversaries import STRATEGIES
@@ -53,6 +54,7 @@ class Options:
     seeds: tuple[int, ...] = tuple(range(1, 11))
     strategies: tuple[str, ...] = STRATEGIES
     trust: str = "earned"
+    corroboration: int = TrustConfig.corroboration  # earned: 0 turns corroboration off (the rule before it)
     nights: int = 30
     sybils: int = 10
     adversaries: float = 0.3
@@ -81,7 +83,8 @@ def run_cell(opts: Options, cell: Cell) -> dict[str, Any]:
     result = commons.run(commons.Options(
         agents=cell.agents, adversaries=opts.adversaries, nights=opts.nights, trust=opts.trust, seed=cell.seed,
         world=replace(opts.world, sybils_per_adversary=opts.sybils), config=opts.config,
-        strategy=cell.strategy, fading=False, quiet=True))
+        trust_config=TrustConfig(corroboration=opts.corroboration), strategy=cell.strategy, fading=False,
+        quiet=True))
     return {k: result[k] for k in _KEPT}
 
 
@@ -146,7 +149,8 @@ def run(opts: Options) -> dict[str, Any]:
             rows.append(row(strategy, agents, runs))
     result: dict[str, Any] = {
         "experiment": "sweep",
-        "trust": opts.trust, "nights": opts.nights, "adversaries": opts.adversaries,
+        "trust": opts.trust, "corroboration": opts.corroboration, "nights": opts.nights,
+        "adversaries": opts.adversaries,
         "sybils_per_adversary": opts.sybils, "agents": list(opts.agents), "seeds": list(opts.seeds),
         "strategies": list(opts.strategies), "workers": opts.workers,
         "targets": {"true_common_fraction": TRUE_TARGET, "true_common_fraction_under": dict(TRUE_TARGET_UNDER),
@@ -199,7 +203,9 @@ def table_markdown(result: dict[str, Any]) -> str:
         return "-" if v is None else str(v)
 
     lines = [
-        f"`--trust {result['trust']}`, {result['adversaries']:.0%} adversaries with {result['sybils_per_adversary']} "
+        f"`--trust {result['trust']}`"
+        + (f" `--corroboration {result['corroboration']}`" if result.get("corroboration", 1) != 1 else "")
+        + f", {result['adversaries']:.0%} adversaries with {result['sybils_per_adversary']} "
         f"Sybil keys each (sybil-swarm: 10 per honest agent), {result['nights']} nights, seeds "
         f"{_span(result['seeds'])}; targets: true min >= 0.95 (>= 0.90 under refute-spam), false_common 0, "
         f"peak <= 0.01 in every seed. Whole sweep "
