@@ -14,14 +14,19 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
+import nacl.signing
 import pytest
 
+from neverest.clock import iso
 from neverest.config import Config
 from neverest.ctl import main
+from neverest.memory.receive import receive
 from neverest.memory.states import trust_filter
 from neverest.memory.store import open_store
+from neverest.records import lesson_hash, origin_of, sign_confirm, sign_lesson
 from tests.daemons import listening, spawn, stop
 
 TEAM = "ABCDE"
@@ -196,3 +201,40 @@ def test_trust_add_goes_through_a_running_daemon(tmp_path: Path) -> None:
         assert json.loads(ctl("status", "--json").stdout)["daemon"]["pid"] == pid == proc.pid
     finally:
         stop([proc])
+
+
+def test_list_says_why_each_origin_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reason, from records received by the real receive function: p published first a lesson this
+    memory learned later itself (earned); n is named and bore out x's first claim (x: from a trusted memory,
+    through n); c bore out x's first claim too, after n (corroborates); q is a peer added by hand."""
+    net = Net(tmp_path, capsys, monkeypatch)
+    net.at("2026-03-20T09:00:00Z")
+    own = net.origin("A")
+    keys = {name: nacl.signing.SigningKey(bytes([k + 40]) * 32) for k, name in enumerate("pnxcq")}
+    o = {name: origin_of(bytes(key.verify_key)) for name, key in keys.items()}
+    mine, theirs = "npm ci fails behind the proxy", "tsc reports a stale schema after a rebase"
+    day = [iso(datetime(2026, 3, d, tzinfo=UTC)) for d in range(1, 8)]
+    records = [sign_lesson(keys["p"], kind="error", text=mine, seen=1, strength=1.0, updated=day[0], seq=1).raw,
+               sign_lesson(keys["x"], kind="error", text=theirs, seen=1, strength=1.0, updated=day[0], seq=1).raw,
+               sign_confirm(keys["n"], lesson_hash("error", theirs), at=day[1], seq=1).raw,
+               sign_confirm(keys["c"], lesson_hash("error", theirs), at=day[2], seq=1).raw]
+    with open_store(tmp_path / "A") as store:
+        for k, raw in enumerate(records):  # one by one: each is first held when it is received
+            receive(store, [raw], source="t", own_origin=own, config=Config(),
+                    now=datetime(2026, 3, 1 + k, 12, tzinfo=UTC))
+        with store.write() as db:
+            db.execute("INSERT INTO lessons (hash, kind, text, strength, seen, created, updated) "
+                       "VALUES (?, 'error', ?, 1.5, 2, ?, ?)", (lesson_hash("error", mine), mine, day[5], day[5]))
+            db.execute("INSERT INTO peers (origin, source) VALUES (?, 'manual')", (o["q"],))
+    net.run("A", "trust", "add", o["n"], "--note", "Ana")
+    listed = {e["origin"]: e for e in json.loads(net.run("A", "trust", "list", "--json"))["origins"]}
+    assert {origin: (e["reasons"], e["counts"], e["corroborates"]) for origin, e in listed.items()} == {
+        o["n"]: (["named"], True, False), o["p"]: (["earned"], True, False),
+        o["x"]: (["from a trusted memory"], True, False), o["c"]: (["corroborates"], False, True),
+        o["q"]: (["peer"], False, False)}
+    assert listed[o["p"]]["first_claims"] == 1 and listed[o["x"]]["via"] == o["n"] and listed[o["c"]]["borne"] == 1
+    text = net.run("A", "trust", "list")
+    assert [line.split()[:2] for line in text.splitlines()] == [
+        [o["n"], "counts"], [o["p"], "counts"], [o["x"], "counts"], [o["c"], "corroborates"], [o["q"], "room"]]
+    assert f"passed on mostly by {o['n']}" in text and "peer added by hand" in text
