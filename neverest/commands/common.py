@@ -20,6 +20,7 @@ from neverest.paths import HomeError, find_home
 if TYPE_CHECKING:  # the memory (numpy, the store, the crypto) is imported when a command opens it
     from neverest.clock import Clock
     from neverest.memory.service import Memory
+    from neverest.memory.views import LessonView
 
 
 class UsageError(Exception):
@@ -48,13 +49,20 @@ def clock_of_env() -> Clock:
         raise UsageError(str(exc)) from None
 
 
-def open_memory(args: argparse.Namespace) -> Memory:
+def _render_for_agents(memory: Memory, lessons: list[LessonView]) -> None:
+    # The agents' doors (their transcripts, detection, memory files) are imported when a render runs,
+    # not by every command that opens the memory to read it.
     from neverest.agents.doors import render_for_agents
+
+    render_for_agents(memory, lessons)
+
+
+def open_memory(args: argparse.Namespace) -> Memory:
     from neverest.config import load_config
     from neverest.memory.service import Memory
 
     home = home_of(args)
-    return Memory.open(home, load_config(home), clock_of_env(), renderers=(render_for_agents,))
+    return Memory.open(home, load_config(home), clock_of_env(), renderers=(_render_for_agents,))
 
 
 def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S

@@ -36,13 +36,15 @@ import unicodedata
 from collections.abc import Sequence
 from itertools import pairwise
 from types import TracebackType
-from typing import Any, Final, NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias
 
-import httpx
 import numpy as np
 import numpy.typing as npt
 
 from neverest.memory.model import Endpoint, ModelClient, ModelError
+
+if TYPE_CHECKING:
+    import httpx
 
 FloatArray: TypeAlias = npt.NDArray[np.float32]
 
