@@ -6,6 +6,11 @@ found a problem (a refused record...), 2 a usage error; and 141, quietly, when t
 reader of the output went away (``neverestctl export | head``), as for a Unix tool
 killed by SIGPIPE.  Each command has a readable default output and ``--json`` for
 scripts where it prints data.
+
+Adding a command is a ``command(sub, common, "name", "package.module:cmd_name", help=...)`` line in
+``build_parser`` and its arguments: the module is imported only when that command runs, so the
+arguments' choices are spelled here, not imported (a module's own ``add_parser(sub, common)`` still
+works, and a callable ``func`` runs as it is, but it puts that module's imports into every start-up).
 """
 
 from __future__ import annotations
