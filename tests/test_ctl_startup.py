@@ -85,6 +85,9 @@ def test_read_commands_print_the_same_with_a_daemon_and_load_no_memory(daemon_ho
              ["recall", "make run", "--json", "-k", "2"], ["recall", ""])
     # recall touches the episodes it returns (a later recall scores them otherwise): the same reads,
     # in the same order, on a copy of the home with no daemon give what the daemon must give.
+    # Without a daemon the read commands open the memory here, but not its passes: no numpy, trio or httpx.
+    for argv in (["lessons"], ["status"]):
+        assert not _loaded(argv, env) & {"numpy", "trio", "httpx"}, argv
     shutil.copytree(home, home.parent / "copy")
     alone = [_out(argv, env | {"NEVEREST_HOME": str(home.parent / "copy")}) for argv in asked]
     assert alone[0][1].startswith("hash") and "make run" in alone[3][1]
