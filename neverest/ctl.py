@@ -289,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='one JSON object: {"home", "ok", "checks": [...]}')
 
     _add_agent_parsers(sub, common)
+    from neverest.commands.trust import add_parsers as add_trust_parsers  # registers its own (merged from main)
+
+    add_trust_parsers(sub, common)
     return parser
 
 
