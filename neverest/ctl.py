@@ -289,9 +289,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='one JSON object: {"home", "ok", "checks": [...]}')
 
     _add_agent_parsers(sub, common)
-    from neverest.commands.trust import add_parsers as add_trust_parsers  # registers its own (merged from main)
-
-    add_trust_parsers(sub, common)
+    p = sub.add_parser("trust", parents=[common], help="the memories whose support counts here, and why")
+    trust_sub = p.add_subparsers(dest="trust_command", required=True, metavar="ACTION")
+    q = command(trust_sub, common, "add", "neverest.commands.trust:cmd_trust_add",
+                help="name a memory by its origin: its support counts here under every policy")
+    q.add_argument("origin", metavar="ORIGIN", help="16 hex digits, as `neverestctl id` prints them")
+    q.add_argument("--note", metavar="TEXT", help="why, or who it is (shown by trust list)")
+    q.add_argument("--json", action="store_true")
+    q = command(trust_sub, common, "remove", "neverest.commands.trust:cmd_trust_remove", help="stop naming a memory")
+    q.add_argument("origin", metavar="ORIGIN")
+    q.add_argument("--json", action="store_true")
+    q = command(trust_sub, common, "list", "neverest.commands.trust:cmd_trust_list",
+                help="who is trusted here and why: named, earned, from a trusted memory, "
+                     "corroborating, peers added by hand")
+    q.add_argument("--json", action="store_true", help="one JSON object: the policy and every origin")
     return parser
 
 
