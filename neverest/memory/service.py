@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
-from neverest.memory import holdings, trusted, views
+from neverest.memory import holdings, views
 from neverest.memory import publish as publishing
 from neverest.memory.model import Endpoint, Writer
 from neverest.memory.queries import budget as budget_queries
@@ -273,11 +273,15 @@ class Memory:
 
     def trusted(self) -> dict[str, Any]:
         """Who is trusted here and why (memory/trusted.py)."""
+        from neverest.memory import trusted
+
         return {"policy": self.config.trust, "support_n": self.config.support_n,
                 "origins": [e.to_json() for e in trusted.listing(self.store.db, self.config, self.identity.origin)]}
 
     @staticmethod
     def _origin(text: str) -> str:
+        from neverest.memory import trusted
+
         try:
             return trusted.parse_origin(text)
         except trusted.OriginError as exc:
