@@ -39,6 +39,7 @@ from typing import Any, Final
 
 import trio
 
+from neverest.client import DAEMON_KEYS as DAEMON_KEYS
 from neverest.client import SOCKET_FILE as SOCKET_FILE
 from neverest.client import ControlError as ControlError
 from neverest.client import DaemonFailed as DaemonFailed
@@ -48,9 +49,6 @@ from neverest.client import ask as ask
 from neverest.client import running as running
 
 MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
-# The keys of a status answer that only a running daemon knows (the rest is what the store holds).
-DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "mdns", "peers", "last_round",
-                      "exchanges", "warnings")
 # Requests are flat objects with lists of flat events: 64 levels leave ample room, and
 # bounding it keeps a hostile request from exhausting the parser's (or a handler's) stack.
 MAX_DEPTH: Final = 64

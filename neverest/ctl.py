@@ -6,22 +6,29 @@ found a problem (a refused record...), 2 a usage error; and 141, quietly, when t
 reader of the output went away (``neverestctl export | head``), as for a Unix tool
 killed by SIGPIPE.  Each command has a readable default output and ``--json`` for
 scripts where it prints data.
+
+Adding a command is a ``command(sub, common, "name", "package.module:cmd_name", help=...)`` line in
+``build_parser`` and its arguments: the module is imported only when that command runs, so the
+arguments' choices are spelled here, not imported (a module's own ``add_parser(sub, common)`` still
+works, and a callable ``func`` runs as it is, but it puts that module's imports into every start-up).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
-from neverest import __version__, verify_pool
-from neverest.lines import read_lines
-from neverest.records import KINDS, MAX_RECORD_BYTES, RecordError, claimed
+from neverest import __version__
+
+# Start-up is part of every command's cost (an agent runs `recall` in a loop): this module imports
+# only the standard library at its top, and each command's module once the command line names it.
 
 
 class VerifyUsageError(Exception):
@@ -68,6 +75,10 @@ def verify_stream(stream: BinaryIO, out: TextIO) -> bool:
     hash, origin, reason (a refusal code or null) and message (null when ok).
     Returns True when every line was accepted.
     """
+    from neverest import verify_pool
+    from neverest.lines import read_lines
+    from neverest.records import MAX_RECORD_BYTES, RecordError, claimed
+
     all_ok = True
     lines = (((number, line), line) for number, line in read_lines(stream, MAX_RECORD_BYTES)
              if line is None or line.strip())
@@ -119,6 +130,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 SubParsers = argparse._SubParsersAction  # argparse's type for add_subparsers()
 
+# Choices the grammar spells here rather than importing them from where they are defined: those
+# modules load the store, the crypto or the hook, and `--help` must start without them.  A test
+# (tests/test_ctl_startup.py) holds each equal to its source.
+LESSON_KINDS = ("error", "correction", "surprise")  # records.KINDS
+EVENT_KINDS = ("correction", "error", "environment", "surprise", "note")  # memory.events.EVENT_KINDS
+EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent", "session",
+                "cwd", "at")  # commands.memory.EVENT_FIELDS
+HOLDOUT_ENV, DEFAULT_HOLDOUT, EXPLAIN_ENV = "NEVEREST_HOLDOUT", 0.5, "NEVEREST_HOOK_EXPLAIN"  # agents.hook's
+
 
 def _top_parser() -> tuple[argparse.ArgumentParser, SubParsers[argparse.ArgumentParser], argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
@@ -132,140 +152,247 @@ def _top_parser() -> tuple[argparse.ArgumentParser, SubParsers[argparse.Argument
     return parser, sub, common
 
 
+def command(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser, name: str, run: str,
+            **kwargs: Any) -> argparse.ArgumentParser:
+    """A command ``name`` run by ``run``, "module:function", imported only once the command line is parsed
+    and names this command: `--help` and every other command start without that module."""
+    p = sub.add_parser(name, parents=[common], **kwargs)
+    p.set_defaults(func=run)
+    return p
+
+
 def _add_verify_parser(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("verify", parents=[common],
+    p = command(sub, common, "verify", "neverest.ctl:cmd_verify",
         help="check record lines; one JSON verdict per non-blank line",
         description="Check wire records (one per line) from FILEs or standard input. Prints one JSON "
         "object per non-blank line: line, ok, type, hash, origin, reason, message. Exit status 0 when "
         "every line is accepted, 1 when any is refused, 2 for a usage error.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="files of records ('-' or none: standard input)")
-    p.set_defaults(func=cmd_verify)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # The other commands' modules are imported here, not at the top: `verify` runs without
-    # them (they take ~0.7 s to import: the memory, numpy, trio, httpx...).
-    from neverest.agents.hook import add_parser as add_hook_parser
-    from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
-    from neverest.commands.agents_mcp import add_parser as add_mcp_parser
-    from neverest.commands.agents_setup import add_parsers as add_agents_parsers
-    from neverest.commands.data import add_parsers as add_data_parsers
-    from neverest.commands.doctor import add_parser as add_doctor_parser
-    from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
-    from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
-    from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
-    from neverest.commands.trust import add_parsers as add_trust_parsers
-    from neverest.memory.events import EVENT_KINDS
-
+    """Every command's arguments, each naming the function that runs it (see ``command``).  Nothing here
+    imports a command's module: adding a command is a ``command(...)`` line and its arguments."""
     parser, sub, common = _top_parser()
 
-    p = sub.add_parser("init", parents=[common], help="make a new memory in --home (or check an existing one)")
+    p = command(sub, common, "init", "neverest.ctl:cmd_init",
+                help="make a new memory in --home (or check an existing one)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("id", parents=[common], help="print this memory's origin and public key (made on first use)")
+    p = command(sub, common, "id", "neverest.ctl:cmd_id",
+                help="print this memory's origin and public key (made on first use)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
-    p.set_defaults(func=cmd_id)
 
     _add_verify_parser(sub, common)
 
-    p = sub.add_parser("remember", parents=[common],
-                       help="store an agent's event (or JSON Lines of events) as an episode",
-                       description="Store one event from flags, or many from --events FILE|- (JSON Lines). "
-                       "Exit status 1 when any event is refused; the others are still stored.")
+    p = command(sub, common, "remember", "neverest.commands.memory:cmd_remember",
+                help="store an agent's event (or JSON Lines of events) as an episode",
+                description="Store one event from flags, or many from --events FILE|- (JSON Lines). "
+                "Exit status 1 when any event is refused; the others are still stored.")
     p.add_argument("--kind", choices=EVENT_KINDS)
     for name in EVENT_FIELDS:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=name.upper())
     p.add_argument("--events", metavar="FILE", help="JSON Lines of events ('-': standard input)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_remember)
 
-    p = sub.add_parser("sleep", parents=[common],
-                       help="drain the inbox and run the sleep passes now; print what each did")
+    p = command(sub, common, "sleep", "neverest.commands.memory:cmd_sleep",
+                help="drain the inbox and run the sleep passes now; print what each did")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_sleep)
 
-    p = sub.add_parser("lessons", parents=[common], help="list the lessons this memory holds")
-    p.add_argument("--kind", choices=KINDS)
+    p = command(sub, common, "lessons", "neverest.commands.memory:cmd_lessons",
+                help="list the lessons this memory holds")
+    p.add_argument("--kind", choices=LESSON_KINDS)
     p.add_argument("--all", action="store_true", help="include archived lessons")
     p.add_argument("--json", action="store_true", help="one JSON object per lesson")
-    p.set_defaults(func=cmd_lessons)
 
-    p = sub.add_parser("recall", parents=[common], help="the episodes and lessons a query bears on")
+    p = command(sub, common, "recall", "neverest.commands.memory:cmd_recall",
+                help="the episodes and lessons a query bears on")
     p.add_argument("query")
     p.add_argument("-k", type=int, default=5, help="how many (default 5)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_recall)
 
-    p = sub.add_parser("publish", parents=[common], help="share the lessons learned in a project (opt-in, per project)")
+    p = command(sub, common, "publish", "neverest.commands.sharing:cmd_publish",
+                help="share the lessons learned in a project (opt-in, per project)")
     p.add_argument("--project", required=True, help="the project folder whose lessons may leave this machine")
     p.add_argument("--corrections", action="store_true", help="also publish lessons about the person")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("unpublish", parents=[common], help="stop sharing a project's lessons")
+    p = command(sub, common, "unpublish", "neverest.commands.sharing:cmd_unpublish",
+                help="stop sharing a project's lessons")
     p.add_argument("--project", required=True)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_unpublish)
 
     p = sub.add_parser("folder", parents=[common], help="the shared-folder transport")
     folder_sub = p.add_subparsers(dest="folder_command", required=True, metavar="ACTION")
-    q = folder_sub.add_parser("sync", parents=[common],
-                              help="write this memory's records to DIR and read everyone else's")
+    q = command(folder_sub, common, "sync", "neverest.commands.sharing:cmd_folder_sync",
+                help="write this memory's records to DIR and read everyone else's")
     q.add_argument("dir", metavar="DIR")
     q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_folder_sync)
 
     p = sub.add_parser("commons", parents=[common], help="the HTTP commons transport")
     commons_sub = p.add_subparsers(dest="commons_command", required=True, metavar="ACTION")
     for action, text in (("push", "put this memory's signed records on the commons"),
                          ("pull", "read what changed on the commons through the receive function")):
-        q = commons_sub.add_parser(action, parents=[common], help=text)
+        q = command(commons_sub, common, action, "neverest.commands.sharing:cmd_commons", help=text)
         q.add_argument("url", metavar="URL", help="the commons, like https://commons.example.org")
         q.add_argument("--token-file", metavar="FILE", help="a file holding the bearer token")
         q.add_argument("--json", action="store_true")
-        q.set_defaults(func=cmd_commons)
 
-    p = sub.add_parser("show", parents=[common], help="a lesson with its state, publishers, supporters and records")
+    p = command(sub, common, "show", "neverest.commands.sharing:cmd_show",
+                help="a lesson with its state, publishers, supporters and records")
     p.add_argument("hash", metavar="HASH", help="the lesson's hash (at least 6 hex digits)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("revoke", parents=[common], help="withdraw a lesson this memory published")
+    p = command(sub, common, "revoke", "neverest.commands.sharing:cmd_revoke",
+                help="withdraw a lesson this memory published")
     p.add_argument("hash", metavar="HASH")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_revoke)
 
     p = sub.add_parser("peer", parents=[common], help="the peers this memory gossips with")
     peer_sub = p.add_subparsers(dest="peer_command", required=True, metavar="ACTION")
-    q = peer_sub.add_parser("add", parents=[common], help="add a peer by URL, like http://192.0.2.7:7428")
+    q = command(peer_sub, common, "add", "neverest.commands.network:cmd_peer_add",
+                help="add a peer by URL, like http://192.0.2.7:7428")
     q.add_argument("url", metavar="URL")
-    q.set_defaults(func=cmd_peer_add)
-    q = peer_sub.add_parser("remove", parents=[common],
-                            help="forget an address, or a peer (by origin) and all its addresses")
+    q = command(peer_sub, common, "remove", "neverest.commands.network:cmd_peer_remove",
+                help="forget an address, or a peer (by origin) and all its addresses")
     q.add_argument("peer", metavar="URL|ORIGIN")
-    q.set_defaults(func=cmd_peer_remove)
-    q = peer_sub.add_parser("list", parents=[common], help="the peers, their addresses, scores and back-offs")
+    q = command(peer_sub, common, "list", "neverest.commands.network:cmd_peer_list",
+                help="the peers, their addresses, scores and back-offs")
     q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_peer_list)
 
-    p = sub.add_parser("gossip", parents=[common], help="one gossip round now (through the daemon when it runs)")
+    p = command(sub, common, "gossip", "neverest.commands.network:cmd_gossip",
+                help="one gossip round now (through the daemon when it runs)")
     p.add_argument("--peer", metavar="URL", help="exchange with this address only")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_gossip)
 
-    p = sub.add_parser("status", parents=[common], help="this memory at a glance, with refusals by reason and source")
+    p = command(sub, common, "status", "neverest.commands.network:cmd_status",
+                help="this memory at a glance, with refusals by reason and source")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
-    add_data_parsers(sub, common)
-    add_trust_parsers(sub, common)
-    add_doctor_parser(sub, common)
-    add_ingest_parsers(sub, common)
-    add_hook_parser(sub, common)
-    add_mcp_parser(sub, common)
-    add_agents_parsers(sub, common)
+
+    p = command(sub, common, "forget", "neverest.commands.data:cmd_forget",
+                help="remove episodes for good: one by id, a session, or everything before a date")
+    p.add_argument("--episode", metavar="ID", help="the episode's id")
+    p.add_argument("--session", metavar="S", help="every episode of this session")
+    p.add_argument("--before", metavar="DATE", help="every episode that happened before this date or time (UTC)")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+
+    p = command(sub, common, "export", "neverest.commands.data:cmd_export",
+                help="the owner's data as JSON Lines (episodes, lessons, predictions, projects, peers); never the key")
+    p.add_argument("--output", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--json", action="store_true", help="with --output, print a JSON summary")
+
+    p = command(sub, common, "doctor", "neverest.commands.doctor:cmd_doctor",
+                help="check the home, key, store, daemon, port, peers and clock; say what to fix",
+                description="Check this memory without changing anything. Each check prints ok, warn or FAIL with a "
+                "hint. Exit status 0 when nothing failed, 1 otherwise.")
+    p.add_argument("--json", action="store_true", help='one JSON object: {"home", "ok", "checks": [...]}')
+
+    _add_agent_parsers(sub, common)
+    p = sub.add_parser("trust", parents=[common], help="the memories whose support counts here, and why")
+    trust_sub = p.add_subparsers(dest="trust_command", required=True, metavar="ACTION")
+    q = command(trust_sub, common, "add", "neverest.commands.trust:cmd_trust_add",
+                help="name a memory by its origin: its support counts here under every policy")
+    q.add_argument("origin", metavar="ORIGIN", help="16 hex digits, as `neverestctl id` prints them")
+    q.add_argument("--note", metavar="TEXT", help="why, or who it is (shown by trust list)")
+    q.add_argument("--json", action="store_true")
+    q = command(trust_sub, common, "remove", "neverest.commands.trust:cmd_trust_remove", help="stop naming a memory")
+    q.add_argument("origin", metavar="ORIGIN")
+    q.add_argument("--json", action="store_true")
+    q = command(trust_sub, common, "list", "neverest.commands.trust:cmd_trust_list",
+                help="who is trusted here and why: named, earned, from a trusted memory, "
+                     "corroborating, peers added by hand")
+    q.add_argument("--json", action="store_true", help="one JSON object: the policy and every origin")
     return parser
+
+
+def _add_agent_parsers(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    """The commands of the coding agents' doors: ingest, replay, episodes, hook, mcp, setup, memory-file, measure."""
+    p = command(sub, common, "ingest", "neverest.commands.agents_ingest:cmd_ingest",
+                help="read the coding agents' session files (Claude Code, Codex) into episodes")
+    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default, once Claude Code is wired "
+                   "by setup: claude_dir, else ~/.claude/projects)")
+    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default, once Codex is wired by setup: "
+                   "codex_dir, else $CODEX_HOME/sessions or ~/.codex/sessions)")
+    p.add_argument("--json", action="store_true", help="print the counts as a JSON object")
+
+    p = command(sub, common, "replay", "neverest.commands.agents_ingest:cmd_replay",
+                help="replay session files into a throwaway memory: was the right lesson given in time?",
+                description="Replays the session files in time order into a temporary memory (never this "
+                "one), sleeping between days, and counts the repeated mistakes the hook's lessons caught "
+                "or missed, beside a retrieve-similar baseline.  Reads nothing into this memory.")
+    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (when neither folder is given: "
+                   "the wired agents' folders, as ingest reads them)")
+    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (when neither folder is given: the wired "
+                   "agents' folders)")
+    p.add_argument("--json", action="store_true", help="also print the figures as one JSON object on the last line")
+    p.add_argument("--explain", action="store_true",
+                   help="first list every repeat (caught or missed) and every lesson given (used or unused)")
+    p.add_argument("--embed-url", metavar="URL", help="run the throwaway memory, and every comparison, in this "
+                   "embedding model's space (an OpenAI-compatible API root, e.g. http://127.0.0.1:8765/v1; "
+                   "default: the hashed space, whatever this home's config says)")
+    p.add_argument("--embed-model", metavar="NAME", help="the model's name at --embed-url")
+
+    p = command(sub, common, "episodes", "neverest.commands.agents_ingest:cmd_episodes",
+                help="list the episodes this memory holds (newest first)")
+    p.add_argument("--kind", choices=EVENT_KINDS)
+    p.add_argument("--session", metavar="S", help="only this session's episodes")
+    p.add_argument("--since", metavar="T", help="only episodes that happened at or after this date or time (UTC)")
+    p.add_argument("--limit", type=int, default=200, metavar="N", help="at most N episodes (default 200)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    p = command(sub, common, "hook", "neverest.agents.hook:cmd_hook",
+                help="answer one Claude Code hook call (JSON on standard input) from this memory")
+    p.add_argument("--holdout", type=float, default=None,
+                   help=f"the fraction of sessions given nothing, for measuring (default ${HOLDOUT_ENV}, else "
+                        f"{DEFAULT_HOLDOUT})")
+    p.add_argument("--explain", action="store_true",
+                   help=f"say on standard error why the call gave what it gave, or nothing (also ${EXPLAIN_ENV}=1)")
+
+    command(sub, common, "mcp", "neverest.commands.agents_mcp:cmd_mcp",
+            help="serve this memory to a coding agent over MCP on standard input and output",
+            description="An MCP server (stdio transport) with the tools remember, recall, lessons and show. "
+            "Register it with the agent, e.g. `claude mcp add neverest -- neverestctl mcp`. It works while "
+            "neverestd runs: events go through the daemon when it does.")
+
+    p = command(sub, common, "setup", "neverest.commands.agents_setup:cmd_setup",
+                help="wire Claude Code, Codex (and by MCP Claude Desktop, Cursor, Windsurf, Gemini CLI) and a "
+                "systemd unit to this memory (--undo puts it back)",
+                description="Find the coding agents installed and add Neverest's hooks and MCP server to "
+                "their configuration files, merged into what is there, with a backup of every file changed: "
+                "Claude Code and Codex; Claude Desktop, Cursor, Windsurf and Gemini CLI (the MCP server only, "
+                "where their configuration folder exists); write a systemd user unit for neverestd. Running "
+                "it again changes nothing. --undo restores the files as they were.")
+    p.add_argument("--dry-run", action="store_true", help="change nothing; print what would change")
+    p.add_argument("--undo", action="store_true", help="put back every file setup changed")
+    p.add_argument("--json", action="store_true")
+
+    p = command(sub, common, "memory-file", "neverest.commands.agents_setup:cmd_memory_file",
+                help="the Claude Code MEMORY.md files this memory writes: list, opt a project out or back in",
+                description="List the MEMORY.md files this memory has written its section into (and those "
+                "opted out: a deleted MEMORY.md opts its project out, and is not written again). `on PROJECT` "
+                "opts a project back in (its file is written at once); `off PROJECT` opts it out and takes "
+                "the section back now. PROJECT is the project's folder or the MEMORY.md itself.")
+    p.add_argument("action", nargs="?", choices=("list", "on", "off"), default="list")
+    p.add_argument("project", nargs="?", metavar="PROJECT")
+    p.add_argument("--json", action="store_true")
+
+    p = command(sub, common, "measure", "neverest.commands.agents_setup:cmd_measure",
+                help="by day: repeat-yourself rate, repeated-error rate, prediction accuracy",
+                description="By UTC day: the share of corrections repeating an earlier one, of errors a "
+                "lesson already knew, of resolved predictions confirmed; and the first two in sessions "
+                "with lessons injected against held-out ones.")
+    p.add_argument("--days", type=int, default=7, help="how many days, ending today (default 7)")
+    p.add_argument("--json", action="store_true")
+
+
+def runner(func: str | Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The function a parsed command line names: "module:function" imported now (a callable as it is)."""
+    if callable(func):
+        return func
+    module, _, name = func.partition(":")
+    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+    return run
 
 
 def _is_verify(argv: Sequence[str]) -> bool:
@@ -283,10 +410,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if _is_verify(argv):
         return _main_verify(argv)
-    from neverest.commands.common import CommandFailed, UsageError
-    from neverest.config import ConfigError
-    from neverest.identity import IdentityError
-    from neverest.memory.store import StoreError
     from neverest.paths import use_private_umask
 
     use_private_umask()  # files made in the home (the store's -wal and -shm too) are born private
@@ -296,17 +419,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return _flushed(int(exc.code or 0))
     try:
-        status = int(args.func(args))
+        status = int(runner(args.func)(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
         return status
-    except (UsageError, VerifyUsageError) as exc:
-        print(f"neverestctl: {exc}", file=sys.stderr)
-        return 2
-    except (IdentityError, StoreError, ConfigError, CommandFailed) as exc:
-        print(f"neverestctl: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         return _closed_output()
+    except Exception as exc:
+        failed = _failure_status(exc)
+        if failed is None:
+            raise
+        print(f"neverestctl: {exc}", file=sys.stderr)
+        return failed
+
+
+# The errors a command reports as one line and an exit status (2: the usage is at fault; 1: the command
+# ran and failed), by module and name: a module that was never imported cannot have raised its error,
+# so none is imported here for the sake of an except clause.
+_FAILURES: tuple[tuple[str, str, int], ...] = (
+    ("neverest.commands.common", "UsageError", 2), ("neverest.ctl", "VerifyUsageError", 2),
+    ("neverest.identity", "IdentityError", 1), ("neverest.memory.store", "StoreError", 1),
+    ("neverest.config", "ConfigError", 1), ("neverest.commands.common", "CommandFailed", 1),
+)
+
+
+def _failure_status(exc: Exception) -> int | None:
+    """The exit status of a command's reported failure, or None for an error that is a bug (raised on)."""
+    for module, name, status in _FAILURES:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return status
+    return None
 
 
 def _main_verify(argv: list[str]) -> int:

@@ -19,9 +19,10 @@ import nacl.signing
 import pytest
 
 from neverest.clock import iso
-from neverest.commands.doctor import add_parser, check_port, cmd_doctor
+from neverest.commands.doctor import check_port, cmd_doctor
 from neverest.config import Config
 from neverest.control import running
+from neverest.ctl import build_parser, runner
 from neverest.identity import load_or_create
 from neverest.memory.receive import receive
 from neverest.memory.store import open_store
@@ -230,7 +231,5 @@ def test_where_a_daemon_that_does_not_answer_listens_is_read_from_its_lock_file(
 
 
 def test_the_subcommand_parses() -> None:
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["doctor", "--json"])
-    assert args.func is cmd_doctor and args.json is True
+    args = build_parser().parse_args(["doctor", "--json"])
+    assert runner(args.func) is cmd_doctor and args.json is True

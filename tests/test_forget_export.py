@@ -14,8 +14,8 @@ import pytest
 
 from neverest.clock import iso
 from neverest.commands.common import UsageError
-from neverest.commands.data import add_parsers
 from neverest.config import Config
+from neverest.ctl import build_parser, runner
 from neverest.identity import load_or_create
 from neverest.memory import publish
 from neverest.memory.embed import HashedEmbedder
@@ -109,15 +109,12 @@ def test_forget_takes_exactly_one_selector(tmp_path: Path) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="neverestctl")
-    parser.add_argument("--home")
-    add_parsers(parser.add_subparsers(dest="command", required=True))
-    return parser
+    return build_parser()
 
 
 def _run(home: Path, *argv: str) -> int:
     args = _parser().parse_args(["--home", str(home), *argv])
-    result: int = args.func(args)
+    result: int = runner(args.func)(args)
     return result
 
 

@@ -788,18 +788,6 @@ def run(stdin: IO[bytes], stdout: IO[str], *, home_flag: str | None, holdout: fl
     return 0
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
-    """``neverestctl hook``."""
-    p = sub.add_parser("hook", parents=[common] if common else [],
-                       help="answer one Claude Code hook call (JSON on standard input) from this memory")
-    p.add_argument("--holdout", type=float, default=None,
-                   help=f"the fraction of sessions given nothing, for measuring (default ${HOLDOUT_ENV}, else "
-                        f"{DEFAULT_HOLDOUT})")
-    p.add_argument("--explain", action="store_true",
-                   help=f"say on standard error why the call gave what it gave, or nothing (also ${EXPLAIN_ENV}=1)")
-    p.set_defaults(func=cmd_hook)
-
-
 def cmd_hook(args: argparse.Namespace) -> int:
     return run(sys.stdin.buffer, sys.stdout, home_flag=getattr(args, "home", None), holdout=args.holdout,
                explain=args.explain)

@@ -14,7 +14,6 @@ from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.clock import iso, parse_time
 from neverest.commands.common import UsageError, open_memory
 from neverest.config import Config
-from neverest.memory.events import EVENT_KINDS
 from neverest.memory.model import Endpoint
 from neverest.memory.queries import transcripts as queries
 
@@ -114,40 +113,3 @@ def cmd_episodes(args: argparse.Namespace) -> int:
     if not rows:
         print("no episodes")
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None  # type: ignore[type-arg]
-                ) -> None:
-    parents = [common] if common else []
-    p = sub.add_parser("ingest", parents=parents,
-                       help="read the coding agents' session files (Claude Code, Codex) into episodes")
-    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (default, once Claude Code is wired "
-                   "by setup: claude_dir, else ~/.claude/projects)")
-    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default, once Codex is wired by setup: "
-                   "codex_dir, else $CODEX_HOME/sessions or ~/.codex/sessions)")
-    p.add_argument("--json", action="store_true", help="print the counts as a JSON object")
-    p.set_defaults(func=cmd_ingest)
-    p = sub.add_parser("replay", parents=parents,
-                       help="replay session files into a throwaway memory: was the right lesson given in time?",
-                       description="Replays the session files in time order into a temporary memory (never this "
-                       "one), sleeping between days, and counts the repeated mistakes the hook's lessons caught "
-                       "or missed, beside a retrieve-similar baseline.  Reads nothing into this memory.")
-    p.add_argument("--claude", metavar="DIR", help="Claude Code projects folder (when neither folder is given: "
-                   "the wired agents' folders, as ingest reads them)")
-    p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (when neither folder is given: the wired "
-                   "agents' folders)")
-    p.add_argument("--json", action="store_true", help="also print the figures as one JSON object on the last line")
-    p.add_argument("--explain", action="store_true",
-                   help="first list every repeat (caught or missed) and every lesson given (used or unused)")
-    p.add_argument("--embed-url", metavar="URL", help="run the throwaway memory, and every comparison, in this "
-                   "embedding model's space (an OpenAI-compatible API root, e.g. http://127.0.0.1:8765/v1; "
-                   "default: the hashed space, whatever this home's config says)")
-    p.add_argument("--embed-model", metavar="NAME", help="the model's name at --embed-url")
-    p.set_defaults(func=cmd_replay)
-    p = sub.add_parser("episodes", parents=parents, help="list the episodes this memory holds (newest first)")
-    p.add_argument("--kind", choices=EVENT_KINDS)
-    p.add_argument("--session", metavar="S", help="only this session's episodes")
-    p.add_argument("--since", metavar="T", help="only episodes that happened at or after this date or time (UTC)")
-    p.add_argument("--limit", type=int, default=200, metavar="N", help="at most N episodes (default 200)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.set_defaults(func=cmd_episodes)

@@ -19,42 +19,6 @@ from neverest.memory.store import open_store
 from neverest.paths import STORE_FILE, HomeError, find_home, is_default, resolve_home
 
 
-def add_parsers(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
-    parents = [common] if common else []
-    p = sub.add_parser("setup", parents=parents,
-                       help="wire Claude Code, Codex (and by MCP Claude Desktop, Cursor, Windsurf, Gemini CLI) and a "
-                       "systemd unit to this memory (--undo puts it back)",
-                       description="Find the coding agents installed and add Neverest's hooks and MCP server to "
-                       "their configuration files, merged into what is there, with a backup of every file changed: "
-                       "Claude Code and Codex; Claude Desktop, Cursor, Windsurf and Gemini CLI (the MCP server only, "
-                       "where their configuration folder exists); write a systemd user unit for neverestd. Running "
-                       "it again changes nothing. --undo restores the files as they were.")
-    p.add_argument("--dry-run", action="store_true", help="change nothing; print what would change")
-    p.add_argument("--undo", action="store_true", help="put back every file setup changed")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_setup)
-
-    p = sub.add_parser("memory-file", parents=parents,
-                       help="the Claude Code MEMORY.md files this memory writes: list, opt a project out or back in",
-                       description="List the MEMORY.md files this memory has written its section into (and those "
-                       "opted out: a deleted MEMORY.md opts its project out, and is not written again). `on PROJECT` "
-                       "opts a project back in (its file is written at once); `off PROJECT` opts it out and takes "
-                       "the section back now. PROJECT is the project's folder or the MEMORY.md itself.")
-    p.add_argument("action", nargs="?", choices=("list", "on", "off"), default="list")
-    p.add_argument("project", nargs="?", metavar="PROJECT")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_memory_file)
-
-    p = sub.add_parser("measure", parents=parents,
-                       help="by day: repeat-yourself rate, repeated-error rate, prediction accuracy",
-                       description="By UTC day: the share of corrections repeating an earlier one, of errors a "
-                       "lesson already knew, of resolved predictions confirmed; and the first two in sessions "
-                       "with lessons injected against held-out ones.")
-    p.add_argument("--days", type=int, default=7, help="how many days, ending today (default 7)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_measure)
-
-
 def _daemon_note(args: argparse.Namespace) -> str | None:
     if through_daemon(args, {"op": "status"}, timeout_s=5.0) is None:
         return None

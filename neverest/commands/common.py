@@ -12,14 +12,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from neverest.agents.doors import render_for_agents
 from neverest.client import DEFAULT_TIMEOUT_S, DaemonFailed, DaemonRefused, ask_daemon
-from neverest.clock import Clock, clock_from_env
-from neverest.config import load_config
-from neverest.memory.service import Memory
 from neverest.paths import HomeError, find_home
+
+if TYPE_CHECKING:  # the memory (numpy, the store, the crypto) is imported when a command opens it
+    from neverest.clock import Clock
+    from neverest.memory.service import Memory
+    from neverest.memory.views import LessonView
 
 
 class UsageError(Exception):
@@ -40,15 +41,28 @@ def home_of(args: argparse.Namespace) -> Path:
 
 def clock_of_env() -> Clock:
     """The clock, pinned by NEVEREST_NOW when set; a bad NEVEREST_NOW is a usage error."""
+    from neverest.clock import clock_from_env
+
     try:
         return clock_from_env()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
+def _render_for_agents(memory: Memory, lessons: list[LessonView]) -> None:
+    # The agents' doors (their transcripts, detection, memory files) are imported when a render runs,
+    # not by every command that opens the memory to read it.
+    from neverest.agents.doors import render_for_agents
+
+    render_for_agents(memory, lessons)
+
+
 def open_memory(args: argparse.Namespace) -> Memory:
+    from neverest.config import load_config
+    from neverest.memory.service import Memory
+
     home = home_of(args)
-    return Memory.open(home, load_config(home), clock_of_env(), renderers=(render_for_agents,))
+    return Memory.open(home, load_config(home), clock_of_env(), renderers=(_render_for_agents,))
 
 
 def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S
@@ -73,5 +87,22 @@ def daemon_or_here(args: argparse.Namespace, request: dict[str, Any], here: Call
     answer = through_daemon(args, request)
     if answer is not None:
         return dict(answer["result"]), True
+    with open_memory(args) as memory:
+        return here(memory), False
+
+
+def daemon_reads_or_here(args: argparse.Namespace, request: dict[str, Any], here: Callable[[Memory], Any]
+                         ) -> tuple[Any, bool]:
+    """What a reading ``request`` gave, and whether the daemon answered it: the running daemon's ``result``
+    (no store, model or crypto loaded in this process), else what ``here`` gives on the memory opened here.
+    A daemon that does not know the op (one started before it existed) is read around, not an error."""
+    try:
+        answer = through_daemon(args, request, timeout_s=30.0)
+    except UsageError as exc:
+        if not str(exc).startswith("unknown op"):
+            raise
+        answer = None
+    if answer is not None:
+        return answer["result"], True
     with open_memory(args) as memory:
         return here(memory), False

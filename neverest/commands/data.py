@@ -83,21 +83,3 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             print(f"exported {lines} line(s) to {args.output}")
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None  # type: ignore[type-arg]
-                ) -> None:
-    parents = [common] if common else []
-    p = sub.add_parser("forget", parents=parents,
-                       help="remove episodes for good: one by id, a session, or everything before a date")
-    p.add_argument("--episode", metavar="ID", help="the episode's id")
-    p.add_argument("--session", metavar="S", help="every episode of this session")
-    p.add_argument("--before", metavar="DATE", help="every episode that happened before this date or time (UTC)")
-    p.add_argument("--json", action="store_true", help="print a JSON object")
-    p.set_defaults(func=cmd_forget)
-    p = sub.add_parser("export", parents=parents,
-                       help="the owner's data as JSON Lines (episodes, lessons, predictions, projects, peers); "
-                            "never the key")
-    p.add_argument("--output", metavar="FILE", help="write to FILE instead of standard output")
-    p.add_argument("--json", action="store_true", help="with --output, print a JSON summary")
-    p.set_defaults(func=cmd_export)

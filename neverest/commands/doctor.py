@@ -336,16 +336,3 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             if c.hint and c.status != "ok":
                 print(f"{'':13} -> {c.hint}")
     return 1 if failed else 0
-
-
-def add_parser(sub: Any, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """``neverestctl doctor``: ``sub`` is the subparsers object of neverestctl's parser, ``common``
-    the parent parser of the options every command takes."""
-    p: argparse.ArgumentParser = sub.add_parser(
-        "doctor", parents=[common] if common else [],
-        help="check the home, key, store, daemon, port, peers and clock; say what to fix",
-        description="Check this memory without changing anything. Each check prints ok, warn or FAIL with a "
-        "hint. Exit status 0 when nothing failed, 1 otherwise.")
-    p.add_argument("--json", action="store_true", help='one JSON object: {"home", "ok", "checks": [...]}')
-    p.set_defaults(func=cmd_doctor)
-    return p

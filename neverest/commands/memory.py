@@ -12,12 +12,19 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from neverest.agents.doors import ingest_agents
-from neverest.commands.common import UsageError, daemon_or_here, home_of, open_memory, through_daemon
-from neverest.memory.service import Memory
-from neverest.transports.adapters import configured
+from neverest.commands.common import (
+    UsageError,
+    daemon_or_here,
+    daemon_reads_or_here,
+    home_of,
+    open_memory,
+    through_daemon,
+)
+
+if TYPE_CHECKING:  # with a daemon running, lessons and recall are answered without loading the memory here
+    from neverest.memory.service import Memory
 
 EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent", "session",
                 "cwd", "at")
@@ -82,6 +89,9 @@ def cmd_sleep(args: argparse.Namespace) -> int:
     if answer is not None:
         report = answer["report"]
     else:
+        from neverest.agents.doors import ingest_agents
+        from neverest.transports.adapters import configured
+
         with open_memory(args) as memory:
             ingested = ingest_agents(memory)  # the agents' latest sessions count tonight, as the daemon does
             report = memory.night(configured(memory.config)) | {"ingest": ingested}
@@ -123,8 +133,9 @@ LESSONS_HEADER = f"{'hash':<8}  {'kind':<10}  {'strength':>8}  {'seen':>4}  {'st
 
 
 def cmd_lessons(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
-        lessons = memory.lessons(kind=args.kind, include_archived=args.all)
+    lessons, _ = daemon_reads_or_here(
+        args, {"op": "lessons", "kind": args.kind, "all": args.all},
+        lambda memory: [lesson.listed() for lesson in memory.lessons(kind=args.kind, include_archived=args.all)])
     if not lessons and not args.json:
         print("no lessons yet: they are learned at the next sleep from the events remembered "
               "(neverestctl sleep runs one now)")
@@ -132,27 +143,23 @@ def cmd_lessons(args: argparse.Namespace) -> int:
         print(LESSONS_HEADER)
     for lesson in lessons:
         if args.json:
-            print(json.dumps({
-                "hash": lesson.hash, "kind": lesson.kind, "text": lesson.text, "strength": lesson.strength,
-                "seen": lesson.seen, "state": lesson.state, "support": lesson.support, "origin": lesson.origin,
-                "updated": lesson.updated, "id": lesson.id, "sources": lesson.sources, "layer": lesson.layer,
-            }, ensure_ascii=False))
+            print(json.dumps(lesson, ensure_ascii=False))
         else:
-            print(f"{lesson.hash[:8]}  {lesson.kind:<10}  {lesson.strength:8.2f}  {lesson.seen:>4}  "
-                  f"{lesson.state:<9}  {lesson.support:>7}  {lesson.text}")
+            print(f"{lesson['hash'][:8]}  {lesson['kind']:<10}  {lesson['strength']:8.2f}  {lesson['seen']:>4}  "
+                  f"{lesson['state']:<9}  {lesson['support']:>7}  {lesson['text']}")
     return 0
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise UsageError("-k must be at least 1")
-    with open_memory(args) as memory:
-        hits = memory.recall(args.query, k=args.k)
+    hits, _ = daemon_reads_or_here(args, {"op": "recall", "query": args.query, "k": args.k},
+                                   lambda memory: [hit.to_json() for hit in memory.recall(args.query, k=args.k)])
     if not hits and not args.json:
         print("nothing this memory holds bears on that")
     for hit in hits:
         if args.json:
-            print(json.dumps(hit.to_json(), ensure_ascii=False))
+            print(json.dumps(hit, ensure_ascii=False))
         else:
-            print(f"{hit.score:.3f}  {hit.type:<7} {hit.kind:<11} {hit.text}")
+            print(f"{hit['score']:.3f}  {hit['type']:<7} {hit['kind']:<11} {hit['text']}")
     return 0

@@ -7,9 +7,8 @@ import json
 import sys
 from typing import Any
 
+from neverest.client import DAEMON_KEYS
 from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
-from neverest.control import DAEMON_KEYS
-from neverest.peers import table as peer_table
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -65,6 +64,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_peer_add(args: argparse.Namespace) -> int:
+    from neverest.peers import table as peer_table
+
     try:
         wanted = peer_table.normalise_url(args.url)
     except peer_table.PeerError as exc:
@@ -84,6 +85,8 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
 
 
 def cmd_peer_remove(args: argparse.Namespace) -> int:
+    from neverest.peers import table as peer_table
+
     with open_memory(args) as memory, memory.store.write() as db:
         gone = peer_table.remove(db, args.peer)
     if not gone:
@@ -94,6 +97,8 @@ def cmd_peer_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_peer_list(args: argparse.Namespace) -> int:
+    from neverest.peers import table as peer_table
+
     with open_memory(args) as memory:
         addresses = peer_table.listing(memory.store.db)
     if not addresses and not args.json:
@@ -137,6 +142,7 @@ def _gossip_here(args: argparse.Namespace) -> list[dict[str, Any]]:
     import trio
 
     from neverest.gossip.service import Gossip
+    from neverest.peers import table as peer_table
     with open_memory(args) as memory:
         identity, config, clock, home = memory.identity, memory.config, memory.clock, home_of(args)
 

@@ -36,19 +36,21 @@ import unicodedata
 from collections.abc import Sequence
 from itertools import pairwise
 from types import TracebackType
-from typing import Any, Final, NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias
 
-import httpx
 import numpy as np
 import numpy.typing as npt
 
 from neverest.memory.model import Endpoint, ModelClient, ModelError
+from neverest.memory.space import DIM as DIM
+from neverest.memory.space import HASHED_SPACE as HASHED_SPACE
+from neverest.memory.space import MODEL_SPACE_PREFIX as MODEL_SPACE_PREFIX
+
+if TYPE_CHECKING:
+    import httpx
 
 FloatArray: TypeAlias = npt.NDArray[np.float32]
 
-HASHED_SPACE: Final = "hashed-256"
-DIM: Final = 256
-MODEL_SPACE_PREFIX: Final = "model:"
 
 # Thresholds as docs/reference.md's "Sleep" section states them: an episode joins a lesson
 # when its mean cosine with the lesson's sources reaches 0.55 in the hashed space or 0.62 in a

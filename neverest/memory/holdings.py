@@ -29,6 +29,10 @@ from neverest.records import Record
 
 PutOutcome = Literal["new", "duplicate", "fork", "older"]
 OWN_SOURCE: Final = "local"
+# Refusal codes of the receive function's refutation rules, kept here with the refusals they are counted in
+# (``receive`` applies them; a status reads them without loading the receive function).
+REFUTE_PUBLISHER: Final = "refute-publisher"  # an origin refuting a lesson it published itself
+REFUTE_FLOOD: Final = "refute-flood"  # an origin past refute_origin_max refutations held here
 
 
 def digest_of(raw: bytes) -> str:

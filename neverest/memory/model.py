@@ -28,12 +28,11 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 from urllib.parse import urlsplit
 
-import httpx
-
-from neverest import httpclient
+if TYPE_CHECKING:  # httpx and trio (in httpclient) are loaded by the first client made, not by every reader
+    import httpx
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0
 DEFAULT_READ_TIMEOUT_S: Final = 30.0
@@ -93,6 +92,8 @@ class ModelClient:
     """A synchronous client for one OpenAI-compatible server.  Not shared between threads."""
 
     def __init__(self, endpoint: Endpoint, *, transport: httpx.BaseTransport | None = None) -> None:
+        from neverest import httpclient
+
         self.endpoint = endpoint
         headers = {"Accept": "application/json"}
         if endpoint.api_key:
@@ -105,6 +106,8 @@ class ModelClient:
 
         Raises ``ModelError`` for every failure, whatever its cause.
         """
+        from neverest import httpclient
+
         url = self.endpoint.base_url.rstrip("/") + path
         total = self.endpoint.total_timeout_s
         deadline = time.monotonic() + total

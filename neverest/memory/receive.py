@@ -81,8 +81,8 @@ from neverest.verify_pool import Job, VerifierError, VerifyPool, default_process
 CANDIDATE_STRENGTH: Final = 0.5
 # Refusal codes of this module's rules (records.REASONS holds the record-format ones).
 FUTURE: Final = "future"
-REFUTE_PUBLISHER: Final = "refute-publisher"  # an origin refuting a lesson it published itself
-REFUTE_FLOOD: Final = "refute-flood"  # an origin past refute_origin_max refutations held here
+REFUTE_PUBLISHER: Final = holdings.REFUTE_PUBLISHER  # an origin refuting a lesson it published itself
+REFUTE_FLOOD: Final = holdings.REFUTE_FLOOD  # an origin past refute_origin_max refutations held here
 UNSCRUBBED: Final = "unscrubbed"  # a lesson whose text holds a path, an address, a token... (scrub.scrub_check)
 # Valid records refused by this memory's own rules, which the peer that relayed them cannot know.
 POLICY_REFUSALS: Final = frozenset({"fork", REFUTE_PUBLISHER, REFUTE_FLOOD, UNSCRUBBED})

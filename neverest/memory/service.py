@@ -32,17 +32,13 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
-from neverest.memory import holdings, trusted, views
+from neverest.memory import holdings, views
 from neverest.memory import publish as publishing
-from neverest.memory.embed import Embedder, load_embedder
-from neverest.memory.events import IngestResult, ingest, ingest_lines
-from neverest.memory.forget import forget
-from neverest.memory.inbox import drain_inbox
 from neverest.memory.model import Endpoint, Writer
 from neverest.memory.queries import budget as budget_queries
 from neverest.memory.queries import injections as injection_queries
@@ -50,13 +46,16 @@ from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
 from neverest.memory.queries import trust as trust_queries
-from neverest.memory.recall import Hit, recall
-from neverest.memory.receive import REFUTE_FLOOD, REFUTE_PUBLISHER
 from neverest.memory.render import render
-from neverest.memory.sleep import sleep
-from neverest.memory.states import commons_pass, config_named, trust_filter, verdict
 from neverest.memory.store import Store, open_store
 from neverest.records import Record
+
+# The passes that embed, learn, receive and judge (numpy, the commons) are imported by the methods that
+# run them: opening the memory to list its lessons or its status loads none of them (docs/figures.md, start-up).
+if TYPE_CHECKING:
+    from neverest.memory.embed import Embedder
+    from neverest.memory.events import IngestResult
+    from neverest.memory.recall import Hit
 
 
 class Transport(Protocol):
@@ -78,7 +77,7 @@ def refutation_status(db: sqlite3.Connection) -> dict[str, Any]:
     them, by reason (malformed or forged ones count with every other record, under ``refused``)."""
     refused: dict[str, int] = {}
     for r in holdings.refusals(db):
-        if r.reason in (REFUTE_PUBLISHER, REFUTE_FLOOD):
+        if r.reason in (holdings.REFUTE_PUBLISHER, holdings.REFUTE_FLOOD):
             refused[r.reason] = refused.get(r.reason, 0) + r.count
     return {"held": status_queries.refutations(db), "refused": refused}
 
@@ -130,6 +129,8 @@ class Memory:
     @property
     def embedder(self) -> Embedder:
         if self.embedder_ is None:
+            from neverest.memory.embed import load_embedder
+
             self.embedder_ = load_embedder(self.config.embed_url or None, self.config.embed_model or None)
         return self.embedder_
 
@@ -143,12 +144,19 @@ class Memory:
 
     def ingest(self, events: Iterable[object], *, seen: set[str] | None = None) -> IngestResult:
         """``seen``: the ids of the events of the same input given to earlier calls (one set per input)."""
+        from neverest.memory.events import ingest
+
         return ingest(self.store, events, now=self.clock.now(), seen=seen)
 
     def ingest_lines(self, stream: BinaryIO) -> IngestResult:
+        from neverest.memory.events import ingest_lines
+
         return ingest_lines(self.store, stream, now=self.clock.now())
 
     def drain_inbox(self) -> IngestResult:
+        from neverest.memory.events import IngestResult
+        from neverest.memory.inbox import drain_inbox
+
         if self.home is None:
             return IngestResult()
         return drain_inbox(self.store, self.home, now=self.clock.now())
@@ -157,6 +165,8 @@ class Memory:
 
     def night(self, transports: Sequence[Transport] = ()) -> dict[str, Any]:
         """Inbox, sleep, confirm, sign, sync every transport, judge, render: one report."""
+        from neverest.memory.sleep import sleep
+
         inbox = self.drain_inbox()
         now = self.clock.now()
         report = sleep(self.store, now=now, embedder=self.embedder, config=self.config, writer=self.writer())
@@ -185,6 +195,8 @@ class Memory:
 
     def settle(self) -> dict[str, int]:
         """Judge the commons states from the records held, then render what changed."""
+        from neverest.memory.states import commons_pass
+
         states = commons_pass(self.store, now=self.clock.now(), config=self.config, own_origin=self.identity.origin)
         self.render()
         return states
@@ -200,6 +212,8 @@ class Memory:
         """A lesson hash's commons state, for the renders to label received lessons with (a received
         lesson is a candidate until it is common, whatever layer it is kept in).  The trust policy is
         read once, at the first lesson asked about."""
+        from neverest.memory.states import trust_filter, verdict
+
         db, now, origin = self.store.db, self.clock.now(), self.identity.origin
         counts: list[Callable[[str], bool]] = []
 
@@ -253,15 +267,21 @@ class Memory:
             removed = trust_queries.unname(db, origin)
         if removed:
             self.settle()
+        from neverest.memory.states import config_named
+
         return {"origin": origin, "removed": removed, "in_config": origin in config_named(self.config)}
 
     def trusted(self) -> dict[str, Any]:
         """Who is trusted here and why (memory/trusted.py)."""
+        from neverest.memory import trusted
+
         return {"policy": self.config.trust, "support_n": self.config.support_n,
                 "origins": [e.to_json() for e in trusted.listing(self.store.db, self.config, self.identity.origin)]}
 
     @staticmethod
     def _origin(text: str) -> str:
+        from neverest.memory import trusted
+
         try:
             return trusted.parse_origin(text)
         except trusted.OriginError as exc:
@@ -288,11 +308,15 @@ class Memory:
     def forget(self, *, episode: str | None = None, session: str | None = None,
                before: datetime | None = None) -> dict[str, Any]:
         """Episodes gone for good (store, recall index, disk), then the renders rewritten without them."""
+        from neverest.memory.forget import forget
+
         result = forget(self.store, episode=episode, session=session, before=before)
         self.render()
         return result.to_json()
 
     def recall(self, query: str, k: int = 5) -> list[Hit]:
+        from neverest.memory.recall import recall
+
         return recall(self.store, query, now=self.clock.now(), embedder=self.embedder, k=k)
 
     def lessons(self, *, kind: str | None = None, include_archived: bool = False,

@@ -95,6 +95,12 @@ class LessonView(NamedTuple):
     layer: str
     archived: bool
 
+    def listed(self) -> dict[str, Any]:
+        """The lesson as ``neverestctl lessons --json`` prints it, and the daemon's "lessons" op answers it."""
+        return {"hash": self.hash, "kind": self.kind, "text": self.text, "strength": self.strength, "seen": self.seen,
+                "state": self.state, "support": self.support, "origin": self.origin, "updated": self.updated,
+                "id": self.id, "sources": self.sources, "layer": self.layer}
+
     @property
     def shown(self) -> str:
         """The text scrubbed, as every door gives it to an agent (a received text is signed as is)."""

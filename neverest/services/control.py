@@ -9,6 +9,8 @@ daemon's fault.
 
     {"op": "ping"}
     {"op": "status"}
+    {"op": "lessons", "kind": KIND|null, "all": bool}    the rows of `neverestctl lessons --json`
+    {"op": "recall", "query": TEXT, "k": N}              the hits of `neverestctl recall --json`
     {"op": "remember", "events": [...]}   or   {"op": "remember", "path": "/abs/events.jsonl"}
     {"op": "sleep"}                              the night now, then a round
     {"op": "gossip", "peer": URL|null}
@@ -35,6 +37,7 @@ from neverest.control import BadRequest
 from neverest.control import serve as serve_socket
 from neverest.memory.service import Memory, OwnerError
 from neverest.peers import table as peer_table
+from neverest.records import KINDS
 from neverest.services.gossip import GossipService
 from neverest.services.nightly import night
 from neverest.services.state import DaemonState
@@ -78,6 +81,26 @@ class ControlOps:
 
     async def op_status(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"status": await daemon_status(self.state)}
+
+    # The read commands an agent runs often: answered here, the CLI process loads no memory of its own.
+    async def op_lessons(self, request: dict[str, Any]) -> dict[str, Any]:
+        kind = request.get("kind")
+        if kind is not None and kind not in KINDS:
+            raise BadRequest(f'"kind" must be one of {", ".join(KINDS)} or null')
+        include_archived = bool(request.get("all", False))
+        rows = await self.state.worker.read(
+            lambda memory: [lesson.listed() for lesson in memory.lessons(kind=kind, include_archived=include_archived)])
+        return {"result": rows}
+
+    async def op_recall(self, request: dict[str, Any]) -> dict[str, Any]:
+        query, k = request.get("query"), request.get("k", 5)
+        if not isinstance(query, str):  # any text the CLI takes, an empty one too: the same answer as without us
+            raise BadRequest('"query" must be a string')
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise BadRequest('"k" must be an integer of at least 1')
+        # A write: recall touches the episodes it returns (their decay starts again).
+        hits = await self.state.worker.write(lambda memory: [hit.to_json() for hit in memory.recall(query, k=k)])
+        return {"result": hits}
 
     async def op_remember(self, request: dict[str, Any]) -> dict[str, Any]:
         if "path" in request:

@@ -14,8 +14,8 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from neverest.memory.embed import DIM
 from neverest.memory.queries.episodes import Scored
+from neverest.memory.space import DIM
 
 _SOURCE_COUNT: Final = "(SELECT count(*) FROM lesson_sources s WHERE s.lesson_id = lessons.id)"
 

@@ -1,0 +1,108 @@
+"""neverestctl's start-up: the grammar imports no command, the read commands ask a running daemon
+(and print what they print without one), every command's "module:function" resolves."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from neverest import ctl
+from neverest.agents import hook
+from neverest.client import running
+from neverest.commands import memory as memory_commands
+from neverest.memory import events
+from neverest.records import KINDS
+
+# What no `--help`, and no read command answered by a daemon, may load in the neverestctl process.
+HEAVY = ("numpy", "trio", "httpx", "nacl", "sqlite3", "neverest.memory.service", "neverest.verify_pool")
+
+
+def test_the_grammar_spells_the_choices_of_the_modules_it_does_not_import() -> None:
+    assert ctl.LESSON_KINDS == KINDS
+    assert ctl.EVENT_KINDS == events.EVENT_KINDS
+    assert ctl.EVENT_FIELDS == memory_commands.EVENT_FIELDS
+    assert (ctl.HOLDOUT_ENV, ctl.DEFAULT_HOLDOUT, ctl.EXPLAIN_ENV) == (
+        hook.HOLDOUT_ENV, hook.DEFAULT_HOLDOUT, hook.EXPLAIN_ENV)
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield sub
+                yield from _commands(sub)
+
+
+def test_every_command_names_a_function_that_exists() -> None:
+    named = [p.get_default("func") for p in _commands(ctl.build_parser()) if p.get_default("func")]
+    assert len(named) >= 30
+    for func in named:
+        assert callable(ctl.runner(func)), func
+
+
+def _loaded(argv: list[str], env: dict[str, str]) -> set[str]:
+    code = ("import sys; from neverest.ctl import main; status = main(sys.argv[1:]); "
+            f"print(sorted(set(sys.modules) & {set(HEAVY)!r}), file=sys.stderr); sys.exit(status)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True)
+    return set(eval(done.stderr.strip().splitlines()[-1]))
+
+
+def test_help_loads_no_command(tmp_path: Path) -> None:
+    assert _loaded(["--help"], dict(os.environ, NEVEREST_HOME=str(tmp_path / "home"))) == set()
+
+
+@pytest.fixture
+def daemon_home(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text("gossip_every_s = 3600.0\n")
+    env = dict(os.environ, NEVEREST_HOME=str(home), NEVEREST_NOW="2026-03-01T03:00:00Z")
+    ctl_argv = [sys.executable, "-m", "neverest.ctl"]
+    for i in range(6):
+        subprocess.run([*ctl_argv, "remember", "--kind", "error", "--title", f"make run {i % 2}", "--happened",
+                        "fails with missing target", "--session", f"s{i}"], env=env, check=True, capture_output=True)
+    subprocess.run([*ctl_argv, "sleep"], env=env, check=True, capture_output=True)
+    yield home, env
+
+
+def _out(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "neverest.ctl", *argv], env=env, capture_output=True, text=True)
+    return done.returncode, done.stdout
+
+
+def test_read_commands_print_the_same_with_a_daemon_and_load_no_memory(daemon_home: tuple[Path, dict[str, str]]
+                                                                       ) -> None:
+    home, env = daemon_home
+    asked = (["lessons"], ["lessons", "--json"], ["lessons", "--kind", "correction"], ["recall", "make run"],
+             ["recall", "make run", "--json", "-k", "2"], ["recall", ""])
+    # recall touches the episodes it returns (a later recall scores them otherwise): the same reads,
+    # in the same order, on a copy of the home with no daemon give what the daemon must give.
+    # Without a daemon the read commands open the memory here, but not its passes: no numpy, trio or httpx.
+    for argv in (["lessons"], ["status"]):
+        assert not _loaded(argv, env) & {"numpy", "trio", "httpx"}, argv
+    shutil.copytree(home, home.parent / "copy")
+    alone = [_out(argv, env | {"NEVEREST_HOME": str(home.parent / "copy")}) for argv in asked]
+    assert alone[0][1].startswith("hash") and "make run" in alone[3][1]
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--listen", "127.0.0.1:0", "--no-mdns"],
+                            env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not running(home):
+            assert proc.poll() is None and time.monotonic() < deadline, "neverestd did not start"
+            time.sleep(0.05)
+        for argv, expected in zip(asked, alone, strict=True):
+            assert _out(argv, env) == expected, argv
+        for argv in (["lessons"], ["recall", "make run"], ["status"]):
+            assert _loaded(argv, env) == set(), argv
+        assert _out(["recall", "x", "-k", "0"], env)[0] == 2
+    finally:
+        proc.terminate()
+        proc.wait(30)
