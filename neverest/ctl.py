@@ -154,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     from neverest.commands.doctor import add_parser as add_doctor_parser
     from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
     from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
+    from neverest.commands.relay import add_parsers as add_relay_parsers
     from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
     from neverest.memory.events import EVENT_KINDS
 
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_hook_parser(sub, common)
     add_mcp_parser(sub, common)
     add_agents_parsers(sub, common)
+    add_relay_parsers(sub, common)
     return parser
 
 
