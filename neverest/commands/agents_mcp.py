@@ -23,7 +23,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
     p = sub.add_parser(
         "mcp", parents=[common] if common else [],
         help="serve this memory to a coding agent over MCP on standard input and output",
-        description="An MCP server (stdio transport) with the tools remember, recall, lessons and show. "
+        description="An MCP server (stdio transport) with the tools remember, recall, lessons, show and relay. "
         "Register it with the agent, e.g. `claude mcp add neverest -- neverestctl mcp`. It works while "
         "neverestd runs: events go through the daemon when it does.")
     p.set_defaults(func=cmd_mcp)
