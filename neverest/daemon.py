@@ -74,8 +74,8 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
                 await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             if config.sections.proxy.listen:
-                proxying = await nursery.start(serve_proxy, state)
-                log.info("the proxy for models listens on %s", ", ".join(proxying))
+                state.proxying = await nursery.start(serve_proxy, state)
+                log.info("the proxy for models listens on %s", ", ".join(state.proxying))
             await nursery.start(serve_rounds, gossip)
             await nursery.start(serve_flush, gossip)
             await add_static_peers(state, discovery.peers)

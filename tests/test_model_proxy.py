@@ -4,21 +4,26 @@ server (tests/fake_upstream.py) speaking both formats, JSON and streamed."""
 from __future__ import annotations
 
 import functools
+import http.server
 import json
 import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import daemons
 import httpx
 import pytest
 import trio
-from fake_upstream import FakeUpstream
+from fake_upstream import FakeUpstream, openai_json
 
 from neverest import relay
 from neverest.agents.proxy import Routes, home_door, serve, upstream_url
+from neverest.client import ask
 from neverest.clock import FixedClock
 from neverest.config import ConfigError, load_config
 from neverest.ctl import main
@@ -331,3 +336,50 @@ def test_the_relay_command_adds_lines_and_prints_the_handoff(tmp_path: Path, cap
     assert main(["--home", home, "proxy", "--listen", "0.0.0.0:7429", "--route", "*=http://127.0.0.1:1"]) == 2
     assert main(["--home", home, "proxy"]) == 2  # no routes
     assert "no routes" in capsys.readouterr().err
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    """A fake model in a thread, for a daemon in another process."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        answer = openai_json(request["model"], "Switched the install to pnpm.")
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_daemon_serves_the_proxy_as_one_of_its_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("NEVEREST_PROXY_LISTEN", "127.0.0.1:0")
+    monkeypatch.setenv("NEVEREST_ROUTES", f"*=http://127.0.0.1:{upstream.server_address[1]}")
+    proc = daemons.spawn(home, datetime.now(UTC).isoformat())
+    try:
+        daemons.listening(home, proc)
+        (proxy_url,) = ask(home, {"op": "status"})["status"]["proxy"]
+        conversation = [{"role": "user", "content": "install the deps"},
+                        {"role": "assistant", "content": "I ran npm install."},
+                        {"role": "user", "content": "no, use pnpm, not npm"}]
+        answer = httpx.post(proxy_url + "/v1/chat/completions", json={"model": "gpt-4o", "messages": conversation},
+                            headers={"x-neverest-project": PROJECT, "authorization": f"Bearer {SECRET}"}, timeout=30)
+        assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"].startswith("Switched")
+        assert [e.kind for e in relay.entries(home, PROJECT)] == ["correction", "assistant"]
+        deadline = time.monotonic() + 20
+        while not [e for e in episodes(home) if e[0] == "correction"]:  # stored by the daemon's memory worker
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert main(["--home", str(home), "forget", "--relay", PROJECT]) == 0  # through the daemon
+        assert relay.entries(home, PROJECT) == []
+    finally:
+        daemons.stop([proc])
+        upstream.shutdown()
+        upstream.server_close()
+    assert SECRET.encode() not in home_bytes(home)

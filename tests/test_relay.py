@@ -192,3 +192,27 @@ def test_forget_removes_a_project_or_the_lines_before_a_time(tmp_path: Path) -> 
     add(tmp_path, "a", "again")  # the writer makes the file again
     assert [e.text for e in relay.entries(tmp_path, "a")] == ["again"]
     assert relay.projects(tmp_path) == ["a"]
+
+
+def test_forget_and_export_cover_the_project_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from neverest.ctl import main
+
+    home = tmp_path / "home"
+    assert main(["--home", str(home), "init"]) == 0
+    add(home, "/src/a", "old words", at=T0)
+    add(home, "/src/a", "new words", at=T0 + timedelta(days=10))
+    add(home, "/src/b", "b words", at=T0 + timedelta(days=10))
+    capsys.readouterr()
+    assert main(["--home", str(home), "export"]) == 0
+    exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(e["project"], e["text"]) for e in exported if e["type"] == "relay"] == \
+        [("/src/a", "old words"), ("/src/a", "new words"), ("/src/b", "b words")]
+    assert main(["--home", str(home), "forget", "--before", "2026-11-20", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["relay_lines"] == 1
+    assert main(["--home", str(home), "forget", "--relay", "/src/b/"]) == 0
+    assert capsys.readouterr().out.strip() == "forgot the project log of /src/b: 1 line(s)"
+    assert main(["--home", str(home), "forget", "--relay", "/src/b", "--before", "2026-01-01"]) == 2
+    assert main(["--home", str(home), "export"]) == 0
+    exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["text"] for e in exported if e["type"] == "relay"] == ["new words"]
+    assert b"old words" not in b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
