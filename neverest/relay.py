@@ -410,6 +410,85 @@ def handoff_data(home: Path, project: str, *, limit: int = DEFAULT_LIMIT) -> Han
                    deploys=tuple(reversed(always["deploy"])))
 
 
+class LogIndex:
+    """``handoff_data`` for a process that asks for it often (the proxy, at every request naming a
+    project): what each project's log says is kept, and only the lines appended since the last call are
+    read.  A file replaced (rotated, or rewritten by ``forget``) or cut is read again whole.  Safe to
+    call from several threads; at most ``max_projects`` projects are kept, the least recently asked
+    about forgotten first."""
+
+    def __init__(self, *, limit: int = DEFAULT_LIMIT, max_projects: int = 256) -> None:
+        import threading
+
+        self.limit = limit
+        self.max_projects = max_projects
+        self._lock = threading.Lock()
+        self._held: dict[str, _Held] = {}
+
+    def handoff_data(self, home: Path, project: str) -> Handoff:
+        key = f"{home}\x1f{project_key(project)}"
+        with self._lock:
+            held = self._held.pop(key, None)
+            current, rotated = relay_paths(home, project)
+            held = _catch_up(held, current, rotated, self.limit)
+            self._held[key] = held  # the most recently asked about last
+            while len(self._held) > self.max_projects:
+                del self._held[next(iter(self._held))]
+            return Handoff(project=project_name(project), key=project_key(project), last_model=held.model,
+                           recent=tuple(held.recent), corrections=tuple(held.always["correction"]),
+                           deploys=tuple(held.always["deploy"]))
+
+
+@dataclass
+class _Held:
+    inode: int  # the current file's
+    rotated: tuple[int, int]  # the rotated file's inode and size: when they change, everything is read again
+    position: int  # bytes of the current file read, up to the end of its last whole line
+    recent: list[Entry]
+    always: dict[str, list[Entry]]
+    model: str | None
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_ino, st.st_size)
+
+
+def _catch_up(held: _Held | None, current: Path, rotated: Path, limit: int) -> _Held:
+    before = _signature(rotated)
+    try:
+        f = open(current, "rb")
+    except FileNotFoundError:
+        return _take(_Held(0, before, 0, [], {"correction": [], "deploy": []}, None), _lines_forwards(rotated), limit)
+    with f:
+        st = os.fstat(f.fileno())
+        if held is None or held.inode != st.st_ino or held.rotated != before or st.st_size < held.position:
+            held = _take(_Held(st.st_ino, before, 0, [], {"correction": [], "deploy": []}, None),
+                         _lines_forwards(rotated), limit)
+        f.seek(held.position)
+        data = f.read(max(st.st_size - held.position, 0))
+    end = data.rfind(b"\n") + 1  # a last line without its end is read when it is whole
+    held.position += end
+    return _take(held, (raw for raw in data[:end].split(b"\n") if raw.strip() and len(raw) <= MAX_LINE_BYTES), limit)
+
+
+def _take(held: _Held, lines: Iterator[bytes], limit: int) -> _Held:
+    for raw in lines:
+        item = _parse(raw)
+        if item is None:
+            continue
+        if item.model:
+            held.model = item.model
+        if item.kind in held.always:
+            held.always[item.kind] = [*held.always[item.kind][-(MAX_ALWAYS - 1):], item]
+        else:
+            held.recent = [*held.recent[-(limit - 1):], item] if limit > 0 else []
+    return held
+
+
 def handoff(home: Path, project: str, *, limit: int = DEFAULT_LIMIT) -> str:
     """The handoff of ``project`` as text (``Handoff.text``); '' when its log holds nothing."""
     return handoff_data(home, project, limit=limit).text()

@@ -76,14 +76,16 @@ def anthropic_stream(model: str, reply: str) -> list[bytes]:
 class FakeUpstream:
     """Answers ``/v1/chat/completions`` and ``/v1/messages``; ``status`` other than 200 answers an error
     (with an ``x-request-id`` header), ``hang_s`` waits before answering, ``gate`` holds a stream after its
-    first chunk until it is set."""
+    first chunk until it is set, ``token_delay_s`` spaces the events of a stream as a model's tokens are."""
 
     reply: str = "The build needs the --no-build-isolation flag."
     status: int = 200
     hang_s: float = 0.0
     gate: trio.Event | None = None
+    token_delay_s: float = 0.0
     record: bool = True
     requests: list[Seen] = field(default_factory=list)
+    gone: trio.Event = field(default_factory=trio.Event)  # a stream's client went away
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if await handled_by_server(scope, receive, send):
@@ -118,8 +120,20 @@ class FakeUpstream:
         chunks = (anthropic_stream if anthropic else openai_stream)(model, self.reply)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        for i, chunk in enumerate(chunks):
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if i == 0 and self.gate is not None:
-                await self.gate.wait()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def watch(cancel: trio.CancelScope) -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.gone.set()
+            cancel.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, nursery.cancel_scope)
+            for i, chunk in enumerate(chunks):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if i == 0 and self.gate is not None:
+                    await self.gate.wait()
+                if self.token_delay_s:
+                    await trio.sleep(self.token_delay_s)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            nursery.cancel_scope.cancel()

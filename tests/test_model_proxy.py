@@ -109,7 +109,8 @@ async def test_without_a_project_the_request_and_the_answer_pass_byte_for_byte(r
     raw = b'{"messages":[{"content":"hi  there","role":"user"}],   "model":"gpt-4o" ,"temperature":0.2}'
     proxied = await rig.post("/v1/chat/completions", raw, project=None, headers={"x-custom": "kept"})
     direct = await rig.post("/v1/chat/completions", raw, project=None, to=rig.upstream_url)
-    assert proxied.status_code == 200 and proxied.content == direct.content
+    assert proxied.status_code == 200, proxied.text
+    assert proxied.content == direct.content
     assert proxied.headers["content-type"] == direct.headers["content-type"]
     through, straight = rig.upstream.requests
     assert through.body == raw == straight.body
@@ -135,6 +136,16 @@ async def test_a_stream_passes_chunk_by_chunk_as_it_arrives(rig: Rig) -> None:
     rig.upstream.gate = None
     direct = await rig.post("/v1/messages", body, project=None, to=rig.upstream_url + "/v1")
     assert bytes(received) == direct.content and received.endswith(b'data: {"type":"message_stop"}\n\n')
+
+
+async def test_a_client_that_goes_away_ends_the_upstream_call(rig: Rig) -> None:
+    rig.upstream.gate = trio.Event()  # never set: the model would go on for ever
+    body = rig.chat("gpt-4o", [{"role": "user", "content": "write a long essay"}], stream=True)
+    async with rig.client.stream("POST", rig.proxy_url + "/v1/chat/completions", json=body) as response:
+        await response.aiter_raw().__anext__()
+    with trio.fail_after(5):
+        await rig.upstream.gone.wait()  # the proxy closed its call: the upstream stops generating for nobody
+    assert [e.kind for e in relay.entries(rig.home, PROJECT)] == []
 
 
 async def test_upstream_errors_pass_through_unchanged(rig: Rig) -> None:

@@ -216,3 +216,25 @@ def test_forget_and_export_cover_the_project_logs(tmp_path: Path, capsys: pytest
     exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["text"] for e in exported if e["type"] == "relay"] == ["new words"]
     assert b"old words" not in b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
+
+
+def test_the_index_reads_only_what_was_appended_and_agrees_with_a_full_read(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay, "MAX_FILE_BYTES", 3000)
+    index = relay.LogIndex(limit=5)
+    assert index.handoff_data(tmp_path, "p").empty
+    for i in range(80):
+        kind = "correction" if i % 7 == 0 else "deploy" if i % 11 == 0 else "user"
+        add(tmp_path, "p", f"line {i}", kind=kind, role="note" if kind == "deploy" else "user",
+            model="" if i % 3 else f"m{i}", at=T0 + timedelta(seconds=i))
+        if i % 9 == 0:  # asked now and then, across rotations
+            assert index.handoff_data(tmp_path, "p") == relay.handoff_data(tmp_path, "p", limit=5)
+    assert index.handoff_data(tmp_path, "p") == relay.handoff_data(tmp_path, "p", limit=5)
+    current, _ = relay.relay_paths(tmp_path, "p")
+    with open(current, "ab") as f:
+        f.write(b'{"at": "2026')  # a line being written: not read until whole
+    assert index.handoff_data(tmp_path, "p") == relay.handoff_data(tmp_path, "p", limit=5)
+    relay.forget(tmp_path, before=T0 + timedelta(seconds=75))
+    assert index.handoff_data(tmp_path, "p") == relay.handoff_data(tmp_path, "p", limit=5)
+    relay.forget(tmp_path, project="p")
+    assert index.handoff_data(tmp_path, "p").empty
