@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -137,6 +138,15 @@ class Config:
     codex_dir: str = ""
     # The share of agent sessions the hooks inject nothing into, to measure what injecting changes.
     holdout: float = 0.5
+    # The proxy (PROTOCOL.md, "The proxy"): a front door for the models on loopback.  proxy_listen: where the
+    # daemon serves it, a loopback HOST:PORT ("" = the daemon does not; `neverestctl proxy` runs it alone).
+    # routes: "prefix=url" pairs; the longest prefix of a request's model picks the upstream, "*=url" takes
+    # every other model (NEVEREST_ROUTES="gpt=https://api.openai.com,claude=https://api.anthropic.com").
+    proxy_listen: str = ""
+    routes: tuple[str, ...] = ()
+    proxy_timeout_s: float = 600.0  # one model call, from its request to its answer's last byte
+    proxy_connect_timeout_s: float = 10.0  # reaching the upstream
+    proxy_max_body_bytes: int = 32 * 1024 * 1024  # a request's body (images travel inside it)
 
 
     @functools.cached_property
@@ -179,6 +189,9 @@ class Config:
             daemon=DaemonSection(inbox_every_s=self.inbox_every_s, folder=self.folder,
                                  control_timeout_s=self.control_timeout_s, log_json=self.log_json,
                                  log_level=self.log_level, log_file=self.log_file),
+            proxy=ProxySection(listen=self.proxy_listen, routes=self.routes, timeout_s=self.proxy_timeout_s,
+                               connect_timeout_s=self.proxy_connect_timeout_s,
+                               max_body_bytes=self.proxy_max_body_bytes),
         )
 
 
@@ -290,6 +303,15 @@ class DaemonSection:
     log_file: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProxySection:
+    listen: str  # proxy_listen
+    routes: tuple[str, ...]
+    timeout_s: float  # proxy_timeout_s
+    connect_timeout_s: float  # proxy_connect_timeout_s
+    max_body_bytes: int  # proxy_max_body_bytes
+
+
 class Sections(NamedTuple):
     store: StoreSection
     models: ModelSection
@@ -300,6 +322,7 @@ class Sections(NamedTuple):
     discovery: DiscoverySection
     agents: AgentsSection
     daemon: DaemonSection
+    proxy: ProxySection
 
 
 # Profiles, after memberlist's LAN/WAN/local configurations: the defaults a setting takes when config.toml,
@@ -363,6 +386,34 @@ def _coerce_list(name: str, value: Any) -> tuple[str, ...]:
     if not all(isinstance(item, str) for item in items):
         raise ConfigError(f"{name}: {value!r} is not a list of strings")
     return tuple(item.strip() for item in items if item.strip())
+
+
+def parse_route(text: str) -> tuple[str, str]:
+    """A route ``prefix=url`` as (prefix, url): the model-name prefix ("*" for every other model) and an
+    http(s) URL with a host (the base the request's path is added to).  Raises ConfigError."""
+    prefix, sep, url = text.partition("=")
+    prefix, url = prefix.strip(), url.strip()
+    if not sep or not prefix or not url:
+        raise ConfigError(f"routes: {text!r} is not prefix=url, like gpt=https://api.openai.com or *=http://127.0.0.1:11434")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (an invalid port raises here)
+    except ValueError:
+        raise ConfigError(f"routes: {text!r}: {url!r} is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ConfigError(f"routes: {text!r}: give an http:// or https:// URL with a host and no query")
+    return prefix, url.rstrip("/")
+
+
+def is_loopback_listen(text: str) -> bool:
+    """Whether ``HOST:PORT`` names a loopback address (localhost, 127.0.0.0/8, ::1)."""
+    host = text.strip().rpartition(":")[0].strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _peer_url(url: str) -> str:
@@ -446,6 +497,14 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         raise ConfigError("gossip_cutoff_after must be at least 1 and gossip_cutoff_s above 0")
     if len(config.peers) > MAX_PEERS:
         raise ConfigError(f"peers: {len(config.peers)} addresses; at most {MAX_PEERS}")
+    for route in config.routes:
+        parse_route(route)
+    if config.proxy_listen and not is_loopback_listen(config.proxy_listen):
+        raise ConfigError(f"proxy_listen: {config.proxy_listen!r} is not a loopback address: the proxy reads and "
+                          "writes this memory for whoever reaches it, so it listens on 127.0.0.1 or [::1] only")
+    for name in ("proxy_timeout_s", "proxy_connect_timeout_s", "proxy_max_body_bytes"):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"{name}: {getattr(config, name)!r} must be above 0")
     peers = tuple(dict.fromkeys(_peer_url(url) for url in config.peers))
     return dataclasses.replace(config, log_level=config.log_level.strip().lower(), peers=peers,
                                agents=tuple(dict.fromkeys(config.agents)))

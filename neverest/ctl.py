@@ -138,6 +138,8 @@ EVENT_KINDS = ("correction", "error", "environment", "surprise", "note")  # memo
 EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent", "session",
                 "cwd", "at")  # commands.memory.EVENT_FIELDS
 HOLDOUT_ENV, DEFAULT_HOLDOUT, EXPLAIN_ENV = "NEVEREST_HOLDOUT", 0.5, "NEVEREST_HOOK_EXPLAIN"  # agents.hook's
+RELAY_NOTE_KINDS, RELAY_LIMIT = ("note", "deploy", "correction"), 20  # commands.relay.NOTE_KINDS, relay.DEFAULT_LIMIT
+PROXY_LISTEN = "127.0.0.1:7429"  # commands.relay.DEFAULT_PROXY_LISTEN
 
 
 def _top_parser() -> tuple[argparse.ArgumentParser, SubParsers[argparse.ArgumentParser], argparse.ArgumentParser]:
@@ -274,11 +276,14 @@ def build_parser() -> argparse.ArgumentParser:
                 help="remove episodes for good: one by id, a session, or everything before a date")
     p.add_argument("--episode", metavar="ID", help="the episode's id")
     p.add_argument("--session", metavar="S", help="every episode of this session")
-    p.add_argument("--before", metavar="DATE", help="every episode that happened before this date or time (UTC)")
+    p.add_argument("--before", metavar="DATE", help="every episode that happened before this date or time (UTC), "
+                   "and the project logs' lines written before it")
+    p.add_argument("--relay", metavar="PROJECT", help="the project log of PROJECT (its folder or name), whole")
     p.add_argument("--json", action="store_true", help="print a JSON object")
 
     p = command(sub, common, "export", "neverest.commands.data:cmd_export",
-                help="the owner's data as JSON Lines (episodes, lessons, predictions, projects, peers); never the key")
+                help="the owner's data as JSON Lines (episodes, lessons, predictions, projects, peers, project logs); "
+                     "never the key")
     p.add_argument("--output", metavar="FILE", help="write to FILE instead of standard output")
     p.add_argument("--json", action="store_true", help="with --output, print a JSON summary")
 
@@ -303,6 +308,30 @@ def build_parser() -> argparse.ArgumentParser:
                 help="who is trusted here and why: named, earned, from a trusted memory, "
                      "corroborating, peers added by hand")
     q.add_argument("--json", action="store_true", help="one JSON object: the policy and every origin")
+
+    p = command(sub, common, "relay", "neverest.commands.relay:cmd_relay",
+                help="the project log: print its handoff, or add a note, deploy or correction",
+                description="Print the handoff of a project's log (the recent work, and every correction and deploy "
+                "held), or with --note add a line to it. The log stays on this machine.")
+    p.add_argument("--project", required=True, help="the project's folder (or name)")
+    p.add_argument("--note", metavar="TEXT", help="add this line to the log instead of printing the handoff")
+    p.add_argument("--kind", choices=RELAY_NOTE_KINDS, default="note", help="what the line added is (default note)")
+    p.add_argument("--model", default="", help="who writes the line added (default: nobody, the person)")
+    p.add_argument("--limit", type=int, default=RELAY_LIMIT,
+                   help=f"lines of recent work in the handoff (default {RELAY_LIMIT})")
+    p.add_argument("--json", action="store_true")
+
+    p = command(sub, common, "proxy", "neverest.commands.relay:cmd_proxy",
+                help="serve the model front door on loopback (OpenAI and Anthropic styles)",
+                description="A proxy for /v1/chat/completions and /v1/messages that picks the upstream by the model's "
+                "prefix (routes). Without an x-neverest-project header it passes requests through untouched; with "
+                "one it writes the project log, hands a new model the recent work and adds the lessons the message "
+                "bears on.")
+    p.add_argument("--listen", metavar="HOST:PORT", default=None,
+                   help=f"a loopback address (default: proxy_listen, else {PROXY_LISTEN})")
+    p.add_argument("--route", action="append", metavar="PREFIX=URL",
+                   help="a model-name prefix and its upstream, '*' for every other model (repeatable; replaces "
+                        "the configured routes)")
     return parser
 
 
@@ -351,7 +380,7 @@ def _add_agent_parsers(sub: SubParsers[argparse.ArgumentParser], common: argpars
 
     command(sub, common, "mcp", "neverest.commands.agents_mcp:cmd_mcp",
             help="serve this memory to a coding agent over MCP on standard input and output",
-            description="An MCP server (stdio transport) with the tools remember, recall, lessons and show. "
+            description="An MCP server (stdio transport) with the tools remember, recall, lessons, show and relay. "
             "Register it with the agent, e.g. `claude mcp add neverest -- neverestctl mcp`. It works while "
             "neverestd runs: events go through the daemon when it does.")
 

@@ -7,7 +7,8 @@ It only composes services (``neverest/services/``) in one trio nursery:
 - the peer-facing HTTP listener and the gossip rounds (``services/gossip.py``);
 - the settling of received records: judge, render (``services/state.py``);
 - the inbox watcher (``services/inbox.py``) and the nightly sleep (``services/nightly.py``);
-- discovery: zeroconf, a directory, the static peers of the config (``services/discovery.py``).
+- discovery: zeroconf, a directory, the static peers of the config (``services/discovery.py``);
+- the proxy for models on loopback when ``proxy_listen`` is set (``services/proxy.py``).
 
 Memory work runs in worker threads through the memory service, one writer at a time.
 Every write is committed before it is acknowledged, so a kill -9 at any point loses
@@ -42,6 +43,7 @@ from neverest.services.inbox import serve_inbox
 from neverest.services.ingest import serve_ingest
 from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.nightly import next_sleep, serve_nightly
+from neverest.services.proxy import serve_proxy
 from neverest.services.state import DaemonState, MemoryWorker, serve_settle
 from neverest.services.status import metrics_text
 from neverest.serving import stop_on_signals
@@ -71,6 +73,9 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             if config.sections.agents.ingest_every_s > 0:
                 await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
+            if config.sections.proxy.listen:
+                state.proxying = await nursery.start(serve_proxy, state)
+                log.info("the proxy for models listens on %s", ", ".join(state.proxying))
             await nursery.start(serve_rounds, gossip)
             await nursery.start(serve_flush, gossip)
             await add_static_peers(state, discovery.peers)

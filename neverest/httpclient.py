@@ -110,10 +110,14 @@ class Answer:
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs about 50 ms: once per process, and only when an https://
-    # URL is actually called.
+def tls_context() -> ssl.SSLContext:
+    """The one verifying TLS context of this process.  Loading the CA bundle costs about 50 ms: once per
+    process, and only when an https:// URL is actually called."""
     return httpx.create_ssl_context()
+
+
+_tls_context = tls_context  # the name it had before the proxy used it
+
 
 
 class _LazyTLS(httpx.AsyncBaseTransport):
@@ -125,7 +129,7 @@ class _LazyTLS(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._inner is None:
-            self._inner = httpx.AsyncHTTPTransport(verify=_tls_context(), trust_env=False, limits=self._limits)
+            self._inner = httpx.AsyncHTTPTransport(verify=tls_context(), trust_env=False, limits=self._limits)
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -142,7 +146,7 @@ class _LazyTLSSync(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if self._inner is None:
-            self._inner = httpx.HTTPTransport(verify=_tls_context(), trust_env=False, limits=self._limits)
+            self._inner = httpx.HTTPTransport(verify=tls_context(), trust_env=False, limits=self._limits)
         return self._inner.handle_request(request)
 
     def close(self) -> None:
@@ -234,7 +238,7 @@ class _EnvProxied(httpx.BaseTransport):
             return direct.handle_request(request)
         if proxy not in self._proxied:
             # TLS to the target through a CONNECT tunnel (or to an https:// proxy) is verified as always.
-            self._proxied[proxy] = httpx.HTTPTransport(proxy=proxy, verify=_tls_context(), trust_env=False,
+            self._proxied[proxy] = httpx.HTTPTransport(proxy=proxy, verify=tls_context(), trust_env=False,
                                                        limits=self._limits)
         return self._proxied[proxy].handle_request(request)
 

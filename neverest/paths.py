@@ -37,8 +37,9 @@ CONFIG_FILE: Final = "config.toml"
 INBOX_FILE: Final = "inbox.jsonl"
 LESSONS_FILE: Final = "lessons.jsonl"
 LOCK_FILE: Final = "daemon.lock"
+RELAY_DIR: Final = "relay"  # the project logs (neverest/relay.py): one JSON Lines file per project
 # Any of these in a folder shows that a memory lives (or was configured to live) there.
-HOME_MARKERS: Final = (KEY_FILE, STORE_FILE, CONFIG_FILE, INBOX_FILE, LESSONS_FILE, LOCK_FILE)
+HOME_MARKERS: Final = (KEY_FILE, STORE_FILE, CONFIG_FILE, INBOX_FILE, LESSONS_FILE, LOCK_FILE, RELAY_DIR)
 PRIVATE_UMASK: Final = 0o077
 
 

@@ -87,10 +87,11 @@ async def read_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, *,
 KEEP_ALIVE_TIMEOUT_S: Final = 5.0
 
 
-async def serve_asgi(app: Any, listen: str, *, logger: str,
+async def serve_asgi(app: Any, listen: str, *, logger: str, server_headers: bool = True,
                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled;
-    reports the bound addresses through ``task_status``."""
+    reports the bound addresses through ``task_status``.  ``server_headers=False``: hypercorn adds
+    no ``date`` or ``server`` header of its own (a proxy passes its upstream's)."""
     from hypercorn.config import Config as HyperConfig
     from hypercorn.trio import serve as hyper_serve
 
@@ -106,6 +107,7 @@ async def serve_asgi(app: Any, listen: str, *, logger: str,
     config.read_timeout = 60  # an idle connection that never sends a request
     config.h11_max_incomplete_size = 16 * 1024  # request line and headers
     config.graceful_timeout = 2
+    config.include_date_header = config.include_server_header = server_headers
     await hyper_serve(app, config, task_status=task_status)
 
 

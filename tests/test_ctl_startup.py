@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from neverest import ctl
+from neverest import ctl, relay
 from neverest.agents import hook
 from neverest.client import running
 from neverest.commands import memory as memory_commands
+from neverest.commands import relay as relay_commands
 from neverest.memory import events
 from neverest.records import KINDS
 
@@ -31,6 +32,8 @@ def test_the_grammar_spells_the_choices_of_the_modules_it_does_not_import() -> N
     assert ctl.EVENT_FIELDS == memory_commands.EVENT_FIELDS
     assert (ctl.HOLDOUT_ENV, ctl.DEFAULT_HOLDOUT, ctl.EXPLAIN_ENV) == (
         hook.HOLDOUT_ENV, hook.DEFAULT_HOLDOUT, hook.EXPLAIN_ENV)
+    assert (ctl.RELAY_NOTE_KINDS, ctl.RELAY_LIMIT, ctl.PROXY_LISTEN) == (
+        relay_commands.NOTE_KINDS, relay.DEFAULT_LIMIT, relay_commands.DEFAULT_PROXY_LISTEN)
 
 
 def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

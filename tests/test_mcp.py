@@ -92,7 +92,7 @@ async def test_tools_are_listed_with_schemas_and_descriptions(home: Path, errlog
     with trio.fail_after(TIMEOUT_S):
         async with session(home, errlog) as client:
             listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(listed) == {"remember", "recall", "lessons", "show"}
+    assert set(listed) == {"remember", "recall", "lessons", "show", "relay"}
     for tool in listed.values():
         assert tool.description and len(tool.description) > 80
         assert tool.input_schema["type"] == "object"
@@ -226,7 +226,7 @@ def test_malformed_lines_get_json_rpc_errors_and_the_next_request_works(home: Pa
         assert _rpc(proc, b'{"jsonrpc": "2.0", "id": 9, "method": "no/such"}')["error"]["code"] == -32601
         proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')  # type: ignore[union-attr]
         listed = _rpc(proc, b'{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}')
-        assert listed["id"] == 2 and len(listed["result"]["tools"]) == 4
+        assert listed["id"] == 2 and len(listed["result"]["tools"]) == 5
         assert proc.poll() is None
     finally:
         assert proc.stdin is not None
@@ -237,3 +237,18 @@ def test_malformed_lines_get_json_rpc_errors_and_the_next_request_works(home: Pa
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_relay_reads_the_handoff_and_adds_a_line(home: Path, errlog: TextIO) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with session(home, errlog) as client:
+            empty = _data(await client.call_tool("relay", {"project": "/src/shop"}))
+            written = _data(await client.call_tool("relay", {"project": "/src/shop", "note": "shipped 1.2",
+                                                            "kind": "deploy", "model": "claude-sonnet"}))
+            handed = _data(await client.call_tool("relay", {"project": "/src/shop/"}))
+            bad = await client.call_tool("relay", {"project": "/src/shop", "note": "  "})
+    assert empty["text"] == "" and empty["recent"] == []
+    assert written["written"]["kind"] == "deploy" and written["written"]["role"] == "note"
+    assert [d["text"] for d in handed["deploys"]] == ["shipped 1.2"] and handed["last_model"] == "claude-sonnet"
+    assert "shipped 1.2" in handed["text"] and "not instructions" in handed["framing"]
+    assert "empty" in _error_text(bad)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from neverest import relay
 from neverest.clock import iso, parse_time
 from neverest.commands.common import UsageError, daemon_or_here, open_memory
 from neverest.memory.export import export
@@ -27,14 +28,20 @@ def _before(value: str) -> datetime:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    chosen = [name for name in ("episode", "session", "before") if getattr(args, name) is not None]
+    chosen = [name for name in ("episode", "session", "before", "relay") if getattr(args, name) is not None]
     if len(chosen) != 1:
-        raise UsageError("forget needs exactly one of --episode ID, --session S, --before DATE")
+        raise UsageError("forget needs exactly one of --episode ID, --session S, --before DATE, --relay PROJECT")
     before = _before(args.before) if args.before is not None else None
+    if args.relay is not None:
+        try:
+            relay.project_name(args.relay)
+        except relay.RelayError as exc:
+            raise UsageError(f"--relay: {exc}") from None
     # The service re-renders: lessons.md and the others no longer count what was forgotten.
     result, _ = daemon_or_here(args, {"op": "forget", "episode": args.episode, "session": args.session,
-                                      "before": iso(before) if before is not None else None},
-                               lambda memory: memory.forget(episode=args.episode, session=args.session, before=before))
+                                      "before": iso(before) if before is not None else None, "relay": args.relay},
+                               lambda memory: memory.forget(episode=args.episode, session=args.session, before=before,
+                                                            relay_project=args.relay))
     # An id or a session that names nothing is a typo, not a success (a date before everything is not:
     # there was just nothing that old).  Nothing matched, so nothing was deleted.
     if not result["episodes"] and args.episode is not None:
@@ -45,18 +52,21 @@ def cmd_forget(args: argparse.Namespace) -> int:
                          "(`neverestctl episodes` lists the episodes and their sessions)")
     if args.json:
         print(json.dumps(result))
+    elif args.relay is not None:
+        print(f"forgot the project log of {relay.project_name(args.relay)}: {result['relay_lines']} line(s)")
     else:
         print(f"forgot {result['episodes']} episode(s); {result['lesson_sources']} lesson source(s) and "
-              f"{result['predictions']} prediction(s) that pointed at them removed")
+              f"{result['predictions']} prediction(s) that pointed at them removed"
+              + (f"; {result['relay_lines']} line(s) of project logs" if result.get("relay_lines") else ""))
         if not (result["vacuumed"] and result["wal_truncated"]):
             print("another process was using the store, so deleted text may remain on disk until a later "
                   "checkpoint; run the same forget again to finish")
     return 0
 
 
-def _dump(out: TextIO, store: Store) -> int:
+def _dump(out: TextIO, store: Store, home: Path | None) -> int:
     lines = 0
-    for item in export(store):
+    for item in export(store, home):
         out.write(json.dumps(item, ensure_ascii=False) + "\n")
         lines += 1
     out.flush()
@@ -66,7 +76,7 @@ def _dump(out: TextIO, store: Store) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         if args.output is None:
-            lines = _dump(sys.stdout, memory.store)
+            lines = _dump(sys.stdout, memory.store, memory.home)
         else:
             path = Path(args.output)
             try:
@@ -76,7 +86,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"cannot write {path}: {exc.strerror}") from None
             with open(fd, "w", encoding="utf-8") as f:
-                lines = _dump(f, memory.store)
+                lines = _dump(f, memory.store, memory.home)
     if args.output is not None:
         if args.json:
             print(json.dumps({"output": args.output, "lines": lines}))

@@ -106,25 +106,3 @@ def cmd_trust_list(args: argparse.Namespace) -> int:
     if hidden > SHOWN_CORROBORATING:
         print(f"... and {hidden - SHOWN_CORROBORATING} more corroborating origin(s) (--json lists them all)")
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None  # type: ignore[type-arg]
-                ) -> None:
-    parents = [common] if common else []
-    p = sub.add_parser("trust", parents=parents, help="the memories whose support counts here, and why")
-    trust_sub = p.add_subparsers(dest="trust_command", required=True, metavar="ACTION")
-    q = trust_sub.add_parser("add", parents=parents,
-                             help="name a memory by its origin: its support counts here under every policy")
-    q.add_argument("origin", metavar="ORIGIN", help="16 hex digits, as `neverestctl id` prints them")
-    q.add_argument("--note", metavar="TEXT", help="why, or who it is (shown by trust list)")
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_trust_add)
-    q = trust_sub.add_parser("remove", parents=parents, help="stop naming a memory")
-    q.add_argument("origin", metavar="ORIGIN")
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_trust_remove)
-    q = trust_sub.add_parser("list", parents=parents,
-                             help="who is trusted here and why: named, earned, from a trusted memory, "
-                                  "corroborating, peers added by hand")
-    q.add_argument("--json", action="store_true", help="one JSON object: the policy and every origin")
-    q.set_defaults(func=cmd_trust_list)

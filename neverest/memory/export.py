@@ -2,23 +2,26 @@
 
 Types, in this order: ``store`` (one line: the schema version), ``episode``, ``lesson``
 (with ``origins`` and ``sources`` as lists), ``prediction``, ``project``, ``peer`` (one
-per address, with its origin and score).  Vectors are left out (they are recomputed from
-the text) and so is the private key, which is not in the store and never read here.
-Everything is read in one read transaction: the export is one consistent snapshot.
+per address, with its origin and score), and, given the home, ``relay``: every line of the
+project logs (``neverest.relay``), project by project, oldest first.  Vectors are left out (they
+are recomputed from the text) and so is the private key, which is not in the store and never read
+here.  The store is read in one read transaction, one consistent snapshot; the logs are read after it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from neverest import relay
 from neverest.memory.queries import episodes, lessons, predictions, projects
 from neverest.memory.store import Store, schema_version
 from neverest.peers import table as peer_table
 
 
-def export(store: Store) -> Iterator[dict[str, Any]]:
+def export(store: Store, home: Path | None = None) -> Iterator[dict[str, Any]]:
     with store.read() as db:
         yield {"type": "store", "schema_version": schema_version(db)}
         for row in episodes.export_rows(db):
@@ -31,3 +34,6 @@ def export(store: Store) -> Iterator[dict[str, Any]]:
             yield {"type": "project"} | project._asdict()
         for address in peer_table.listing(db):
             yield {"type": "peer"} | dataclasses.asdict(address)
+    if home is not None:
+        for line in relay.all_entries(home):
+            yield {"type": "relay"} | line.to_json()

@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
+from neverest import relay
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
@@ -306,13 +307,25 @@ class Memory:
         }
 
     def forget(self, *, episode: str | None = None, session: str | None = None,
-               before: datetime | None = None) -> dict[str, Any]:
-        """Episodes gone for good (store, recall index, disk), then the renders rewritten without them."""
+               before: datetime | None = None, relay_project: str | None = None) -> dict[str, Any]:
+        """Episodes gone for good (store, recall index, disk), then the renders rewritten without them.
+
+        ``before`` also removes the project logs' lines written before it (``neverest.relay``);
+        ``relay_project`` removes one project's whole log and nothing else."""
+        if relay_project is not None:
+            if episode is not None or session is not None or before is not None:
+                raise ValueError("forget takes exactly one of episode, session, before, relay_project")
+            gone = relay.forget(self.home, project=relay_project) if self.home is not None \
+                else relay.RelayForgotten(0, 0)
+            return {"episodes": 0, "lesson_sources": 0, "predictions": 0, "lessons_recentred": 0, "vacuumed": True,
+                    "wal_truncated": True, "relay_lines": gone.lines, "relay_files": gone.files}
         from neverest.memory.forget import forget
 
         result = forget(self.store, episode=episode, session=session, before=before)
+        lines = relay.forget(self.home, before=before) if before is not None and self.home is not None \
+            else relay.RelayForgotten(0, 0)
         self.render()
-        return result.to_json()
+        return result.to_json() | {"relay_lines": lines.lines, "relay_files": lines.files}
 
     def recall(self, query: str, k: int = 5) -> list[Hit]:
         from neverest.memory.recall import recall

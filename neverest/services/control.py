@@ -20,6 +20,7 @@ daemon's fault.
     {"op": "folder_sync", "dir": PATH}
     {"op": "commons", "action": "push"|"pull", "url": URL, "token_file": PATH}
     {"op": "forget", "episode": ID} | {"op": "forget", "session": S} | {"op": "forget", "before": ISO-TIME}
+                                                 | {"op": "forget", "relay": PROJECT} (its project log)
     {"op": "trust", "action": "add", "origin": ORIGIN, "note": TEXT|null} | {"op": "trust", "action": "remove", ...}
 """
 
@@ -32,6 +33,7 @@ from typing import Any, Final
 
 import trio
 
+from neverest import relay
 from neverest.clock import parse_time
 from neverest.control import BadRequest
 from neverest.control import serve as serve_socket
@@ -149,16 +151,20 @@ class ControlOps:
         return {"result": {"hash": target, "seq": record.seq}}
 
     async def op_forget(self, request: dict[str, Any]) -> dict[str, Any]:
-        chosen = {name: request[name] for name in ("episode", "session", "before") if request.get(name) is not None}
+        chosen = {name: request[name] for name in ("episode", "session", "before", "relay")
+                  if request.get(name) is not None}
         if len(chosen) != 1 or not all(isinstance(v, str) and 0 < len(v) <= 4096 for v in chosen.values()):
-            raise BadRequest('forget takes exactly one of "episode", "session", "before" (strings)')
+            raise BadRequest('forget takes exactly one of "episode", "session", "before", "relay" (strings)')
         try:
             before = parse_time(str(chosen["before"])) if "before" in chosen else None
         except ValueError:
             raise BadRequest('"before" must be an ISO 8601 time') from None
-        episode, session = chosen.get("episode"), chosen.get("session")
-        result = await self.state.worker.write(
-            lambda memory: memory.forget(episode=episode, session=session, before=before))
+        episode, session, project = chosen.get("episode"), chosen.get("session"), chosen.get("relay")
+        try:
+            result = await self.state.worker.write(
+                lambda memory: memory.forget(episode=episode, session=session, before=before, relay_project=project))
+        except relay.RelayError as exc:
+            raise BadRequest(str(exc)) from None
         return {"result": result}
 
     async def op_trust(self, request: dict[str, Any]) -> dict[str, Any]:
