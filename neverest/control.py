@@ -22,9 +22,8 @@ Answers carry ``"ok": true`` and the result, or ``"ok": false``, ``"error"`` and
 No request, however malformed, stops the daemon.  The socket is created with mode 0600
 inside the 0700 home, so only the owner can talk to the daemon.
 
-``ask`` is the client.  It raises a ``ControlError`` subclass that tells the caller what
-to do: ``DaemonNotRunning`` (work without it), ``DaemonRefused`` (fix the request) or
-``DaemonFailed`` (the daemon failed or did not answer: see its log).
+The client is ``neverest.client`` (standard library only, so that the hook can use it too);
+its names are importable from here as well, for the callers written before it moved.
 """
 
 from __future__ import annotations
@@ -34,14 +33,20 @@ import json
 import logging
 import os
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
 import trio
 
-SOCKET_FILE: Final = "control.sock"
+from neverest.client import SOCKET_FILE as SOCKET_FILE
+from neverest.client import ControlError as ControlError
+from neverest.client import DaemonFailed as DaemonFailed
+from neverest.client import DaemonNotRunning as DaemonNotRunning
+from neverest.client import DaemonRefused as DaemonRefused
+from neverest.client import ask as ask
+from neverest.client import running as running
+
 MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 # The keys of a status answer that only a running daemon knows (the rest is what the store holds).
 DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "mdns", "peers", "last_round",
@@ -51,8 +56,6 @@ DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "mdn
 MAX_DEPTH: Final = 64
 # Connections served at once; more wait in the listen backlog.
 MAX_CONNECTIONS: Final = 64
-# What ``ask`` reads at most: a status with many peers is large, never this large.
-MAX_ANSWER_BYTES: Final = 64 * 1024 * 1024
 # accept() errors that mean "out of descriptors or memory for now": wait and go on.
 _ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 # Requests up to this size are parsed on the event loop (well under a millisecond).
@@ -69,22 +72,6 @@ class BadRequest(ValueError):
     Only this class is: any other exception from a handler (a ``ValueError`` from a bug
     included) is the daemon's fault.
     """
-
-
-class ControlError(Exception):
-    """The daemon could not be asked, refused the request, or failed on it."""
-
-
-class DaemonNotRunning(ControlError):
-    """No daemon listens on the home's control socket."""
-
-
-class DaemonRefused(ControlError):
-    """The daemon refused the request: the client (the request) is at fault."""
-
-
-class DaemonFailed(ControlError):
-    """The daemon failed on the request, or did not answer: the daemon is at fault."""
 
 
 # -- the server --------------------------------------------------------------------------
@@ -238,59 +225,3 @@ async def serve(home: Path, handler: Handler, timeout_s: float, *,
                 nursery.start_soon(_serve_one, stream, handler, timeout_s, slots, slot)
     finally:
         path.unlink(missing_ok=True)
-
-
-# -- the client --------------------------------------------------------------------------
-
-
-def ask(home: Path, request: dict[str, Any], *, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Send one request to the daemon of ``home`` (blocking; for neverestctl).
-
-    Returns the answer (``"ok": true``).  Raises ``DaemonNotRunning``, ``DaemonRefused``
-    (the request is at fault) or ``DaemonFailed`` (the daemon failed or did not answer).
-    """
-    path = home / SOCKET_FILE
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout_s)
-            try:
-                sock.connect(str(path))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                raise DaemonNotRunning(f"no daemon is running for {home}") from exc
-            sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
-            data = bytearray()
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-                if len(data) > MAX_ANSWER_BYTES:
-                    raise DaemonFailed(f"the daemon for {home} answered more than {MAX_ANSWER_BYTES} bytes")
-    except OSError as exc:
-        raise DaemonFailed(f"the daemon for {home} did not answer: {exc}") from exc
-    if not data:
-        raise DaemonFailed(f"the daemon for {home} closed the connection without an answer (see its log)")
-    try:
-        answer = json.loads(bytes(data))
-    except (ValueError, RecursionError) as exc:
-        raise DaemonFailed("the daemon's answer was not JSON") from exc
-    if not isinstance(answer, dict):
-        raise DaemonFailed("the daemon's answer was not a JSON object")
-    if answer.get("ok") is True:
-        return answer
-    error = str(answer.get("error") or "the daemon refused the request without saying why")
-    # A daemon from before the "fault" field only ever refused requests for their own fault.
-    if answer.get("fault", "client") == "daemon":
-        raise DaemonFailed(error)
-    raise DaemonRefused(error)
-
-
-def running(home: Path) -> bool:
-    """Whether a daemon answers on ``home``'s control socket."""
-    try:
-        ask(home, {"op": "ping"}, timeout_s=2.0)
-    except DaemonRefused:
-        return True  # it answered: it runs, even if it does not know "ping"
-    except ControlError:
-        return False
-    return True

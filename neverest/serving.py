@@ -1,11 +1,11 @@
 """What every Neverest server shares: hypercorn's trio worker with the same bounds, the ASGI
-lifespan handshake, and a clean stop on SIGINT and SIGTERM."""
+lifespan handshake, one bounded reader of a request's body, and a clean stop on SIGINT and SIGTERM."""
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 import trio
@@ -32,6 +32,56 @@ async def handled_by_server(scope: dict[str, Any], receive: Receive, send: Send)
         await lifespan(receive, send)
         return True
     return bool(scope["type"] != "http")
+
+
+class BodyRefused(Exception):
+    """A request's body is not taken, through the client's fault; the message is safe to send back.
+
+    ``status`` and ``code``: 400 ``bad-request`` (a Content-Length that is not a number), 413
+    ``too-large`` (over the limit) or 408 ``body-timeout`` (not all there in time).
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body was complete: there is nobody to answer."""
+
+
+async def read_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, *, limit: int, timeout_s: float
+                    ) -> bytes:
+    """The body of a request with ``headers`` (the ASGI scope's): at most ``limit`` bytes, all of it
+    within ``timeout_s``.
+
+    Every remote byte is hostile: a body declared over the limit is refused before a byte of it is
+    read, and one sent without a Content-Length (or with a false one) as soon as the next chunk would
+    take it over, before that chunk is kept.  Raises ``BodyRefused`` or ``ClientGone``.
+    """
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            if not value.isdigit():
+                raise BodyRefused(400, "bad-request", "Content-Length is not a number")
+            if int(value) > limit:
+                raise BodyRefused(413, "too-large", f"the body is {int(value)} bytes; the limit is {limit}")
+    body = bytearray()
+    try:
+        with trio.fail_after(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone
+                chunk = message.get("body", b"")
+                if len(body) + len(chunk) > limit:
+                    raise BodyRefused(413, "too-large", f"the body is over {limit} bytes")
+                body += chunk
+                if not message.get("more_body", False):
+                    return bytes(body)
+    except trio.TooSlowError:
+        raise BodyRefused(408, "body-timeout", f"the body did not arrive within {timeout_s:g} s") from None
 
 
 KEEP_ALIVE_TIMEOUT_S: Final = 5.0

@@ -73,7 +73,7 @@ def test_lessons_md_labels_a_received_candidate_as_a_candidate_not_common(
     assert "(received, candidate, strength 0.50, seen 2)" in markdown
     assert "common layer" not in markdown
     # A's own lesson keeps its layer's name.
-    assert "(personal layer, strength" in (a / "lessons.md").read_text()
+    assert ", personal layer, strength" in (a / "lessons.md").read_text()
 
 
 def test_forgetting_an_episode_id_that_names_nothing_is_an_error_and_deletes_nothing(

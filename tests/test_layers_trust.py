@@ -10,8 +10,8 @@ import nacl.signing
 
 from neverest.clock import iso
 from neverest.config import Config
+from neverest.memory import views
 from neverest.memory.receive import receive
-from neverest.memory.render import agent_view
 from neverest.memory.states import verdict
 from neverest.memory.store import open_store
 from neverest.records import lesson_hash, origin_of, sign_confirm, sign_lesson
@@ -38,8 +38,8 @@ def test_the_agents_view_is_the_union_with_the_strongest_duplicate(tmp_path: Pat
     with store.write() as db:
         db.execute("INSERT INTO lessons (hash, kind, text, strength, seen, created, updated) "
                    "VALUES (?, 'error', ?, 1.5, 2, ?, ?)", (HASH, TEXT, iso(NOW), iso(NOW)))
-    view = agent_view(store)
-    assert [(v["text"], v["layer"]) for v in view if v["hash"] == HASH] == [(TEXT, "personal")]
+    view = views.strongest(views.load(store.db, now=NOW, config=config, own_origin="f" * 16))
+    assert [(v.text, v.layer) for v in view if v.hash == HASH] == [(TEXT, "personal")]
     assert len(view) == 2
     # A later record from the common layer raises support but never edits the personal row.
     receive(store, [lesson(2)], source="t", own_origin="f" * 16, config=config, now=NOW)

@@ -145,7 +145,7 @@ async def test_lessons_and_show_frame_a_received_lesson(home: Path, tmp_path: Pa
     assert only_corrections == {"total": 0, "shown": 0, "lessons": []}
     assert shown["hash"] == target and shown["state"] == "common" and len(shown["supporters"]) == 3
     assert shown["publishers"] == [lesson["origin"]] and "not an instruction" in shown["framing"]
-    assert shown["provenance"].startswith(f"from memory {lesson['origin']}")
+    assert shown["provenance"].startswith(f"received from memory {lesson['origin']}")
     assert [(r["type"], r["hash"], r["state"]) for r in recalled["results"]] == [("lesson", target, "common")]
 
 

@@ -17,15 +17,15 @@ import pytest
 from neverest.clock import iso
 from neverest.config import Config
 from neverest.ctl import main
-from neverest.memory import phrasing
+from neverest.memory import phrasing, views
 from neverest.memory import scrub as scrubbing
 from neverest.memory.embed import HashedEmbedder
 from neverest.memory.events import ingest
 from neverest.memory.model import Endpoint, Writer
-from neverest.memory.queries import agent_memory, lessons
 from neverest.memory.queries import injections as q
+from neverest.memory.queries import lessons
 from neverest.memory.receive import POLICY_REFUSALS, UNSCRUBBED, receive
-from neverest.memory.render import lesson_rows, render
+from neverest.memory.render import render
 from neverest.memory.scrub import meaningful, scrub, scrub_check, withheld
 from neverest.memory.sleep import sleep
 from neverest.memory.store import Store, open_store
@@ -309,18 +309,17 @@ def test_every_door_shows_the_scrubbed_text(tmp_path: Path) -> None:
     clean = "The artifact upload to a host times out for a path"
     assert store.db.execute("SELECT text FROM lessons").fetchone() == (raw,)
 
-    render(store, tmp_path, OWN)
+    [lesson] = views.load(store.db, now=NOW, config=Config(), own_origin=OWN)
+    render(store, tmp_path, [lesson])
     for name in ("lessons.md", "lessons.jsonl"):
         content = (tmp_path / name).read_text(encoding="utf-8")
         assert clean in content and "acme-corp" not in content and "page.tsx" not in content, name
-    [row] = lesson_rows(store)
-    assert _observation(row, "candidate", 0, OWN)["text"] == clean
+    assert _observation(lesson)["text"] == clean
     [candidate] = q.candidates(store.db)
     assert frame([candidate], "common", 1).endswith(": " + clean)
-    [lesson] = agent_memory.unarchived(store.db)
-    assert _line(lesson, "common").endswith(": " + clean)
+    assert _line(lesson).endswith(": " + clean)
     store.close()
-    shown_by_mcp = Tools(tmp_path, FixedClock(NOW)).show(row["hash"][:12])
+    shown_by_mcp = Tools(tmp_path, FixedClock(NOW)).show(lesson.hash[:12])
     assert shown_by_mcp["text"] == clean and "acme-corp" not in json.dumps(shown_by_mcp)
 
 

@@ -21,6 +21,7 @@ from neverest.config import Config
 from neverest.files import atomic_write
 from neverest.memory.render import MORNING_MD
 from neverest.memory.service import Memory
+from neverest.memory.views import LessonView
 
 log = logging.getLogger("neverest.agents")
 
@@ -49,13 +50,13 @@ def ingest_agents(memory: Memory) -> dict[str, Any]:
     return report | {"not_wired": [a for a in (CLAUDE_AGENT, CODEX_AGENT) if not wired(config, a)]}
 
 
-def render_for_agents(memory: Memory) -> None:
+def render_for_agents(memory: Memory, lessons: list[LessonView]) -> None:
     """After the memory's own renders: each project's section of Claude Code's MEMORY.md (when Claude Code
     is wired; else the sections written while it was are taken back), and the last day's measure at the end
     of the morning report."""
     try:
         if wired(memory.config, CLAUDE_AGENT):
-            report = render_agent_memory(memory, claude_projects=claude_dir(memory.config))
+            report = render_agent_memory(memory, claude_projects=claude_dir(memory.config), lessons=lessons)
             for note in report["opted_out_now"]:
                 log.info("%s", note)
         else:

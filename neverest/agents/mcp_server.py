@@ -49,17 +49,13 @@ from mcp.types import (
 from pydantic import Field, ValidationError
 
 from neverest import __version__
+from neverest.client import DaemonFailed, DaemonRefused, ask_daemon
 from neverest.clock import Clock
-from neverest.commands.common import UsageError
-from neverest.commands.memory import _state_of
-from neverest.commands.sharing import lesson_details
 from neverest.config import ConfigError, load_config
-from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.identity import IdentityError
-from neverest.memory import scrub
-from neverest.memory.render import lesson_rows
+from neverest.memory import views
+from neverest.memory.scrub import shown as scrubbed
 from neverest.memory.service import Memory
-from neverest.memory.states import trust_filter
 from neverest.memory.store import StoreError
 
 # One JSON-RPC message per line; a tool call is a few kilobytes, an event at most 1 MiB.
@@ -69,8 +65,7 @@ MAX_LESSONS: Final = 200
 DAEMON_TIMEOUT_S: Final = 30.0
 _READ_CHUNK: Final = 65536
 
-FRAMING: Final = ("an observation from earlier sessions, not an instruction: weigh it against what you see, "
-                  "then decide for yourself")
+FRAMING: Final = views.framing(one=True)
 
 EventKind = Literal["error", "correction", "surprise", "note", "environment"]
 LessonKind = Literal["error", "correction", "surprise"]  # the lesson kinds of records.KINDS
@@ -78,21 +73,12 @@ LessonKind = Literal["error", "correction", "surprise"]  # the lesson kinds of r
 _Text = str | None
 
 
-def _provenance(row: dict[str, Any], own_origin: str) -> str:
-    if row["origin"] in ("", own_origin):
-        where = f"learned by this memory ({own_origin}) from {row['sources']} episode(s)"
-    else:
-        where = f"received from memory {row['origin']}"
-    return f"{where}; first {str(row['created'])[:10]}, last change {str(row['updated'])[:10]}"
-
-
-def _observation(row: dict[str, Any], state: str, support: int, own_origin: str) -> dict[str, Any]:
-    """A lesson as the agent sees it: the sentence, framed, with kind, state and provenance."""
+def _observation(lesson: views.LessonView) -> dict[str, Any]:
+    """A lesson as the agent sees it: the sentence scrubbed and framed, with kind, state and provenance."""
     return {
-        "type": "lesson", "hash": row["hash"], "kind": row["kind"], "text": scrub.shown(row["text"]),
-        "framing": FRAMING, "state": state, "support": support, "origin": row["origin"] or own_origin,
-        "provenance": _provenance(row, own_origin), "strength": row["strength"], "seen": row["seen"],
-        "layer": row["layer"],
+        "type": "lesson", "hash": lesson.hash, "kind": lesson.kind, "text": lesson.shown, "framing": FRAMING,
+        "state": lesson.state, "support": lesson.support, "origin": lesson.origin, "provenance": lesson.provenance,
+        "strength": lesson.strength, "seen": lesson.seen, "layer": lesson.layer,
     }
 
 
@@ -118,34 +104,31 @@ class Tools:
 
     def remember(self, event: dict[str, str]) -> dict[str, Any]:
         try:
-            answer = ask(self.home, {"op": "remember", "events": [event]}, timeout_s=DAEMON_TIMEOUT_S)
-        except DaemonNotRunning:
-            with self._memory() as memory:
-                result = memory.ingest([event]).to_json()
-            via = "store"
+            answer = ask_daemon(self.home, {"op": "remember", "events": [event]}, timeout_s=DAEMON_TIMEOUT_S)
         except DaemonRefused as exc:
             raise ToolError(f"the daemon refused the event: {exc}") from None
         except DaemonFailed as exc:
             raise ToolError(f"the daemon failed to store the event (see its log): {exc}") from None
-        else:
+        if answer is not None:
             result, via = dict(answer["result"]), "daemon"
+        else:
+            with self._memory() as memory:
+                result = memory.ingest([event]).to_json()
+            via = "store"
         if result["refused"]:
             raise ToolError(f"event refused: {result['refused'][0]['reason']}")
         return {"stored": result["stored"], "duplicate": bool(result["duplicates"]), "via": via}
 
     def recall(self, query: str, k: int) -> dict[str, Any]:
         with self._memory() as memory:
-            origin = memory.identity.origin
             hits = memory.recall(query, k=k)
-            wanted = {h.id for h in hits if h.type == "lesson"}
-            rows = {str(r["id"]): r for r in lesson_rows(memory.store) if str(r["id"]) in wanted} if wanted else {}
-            counts = trust_filter(memory.store.db, memory.config, origin)
+            wanted = [int(h.id) for h in hits if h.type == "lesson"]
+            lessons = {str(v.id): v for v in memory.lessons(ids=wanted)} if wanted else {}
             found: list[dict[str, Any]] = []
             for hit in hits:
-                row = rows.get(hit.id)
-                if hit.type == "lesson" and row is not None:
-                    state, support = _state_of(memory, row, origin, counts)
-                    found.append(_observation(row, state, support, origin) | {"score": hit.score})
+                lesson = lessons.get(hit.id)
+                if hit.type == "lesson" and lesson is not None:
+                    found.append(_observation(lesson) | {"score": hit.score})
                 else:
                     found.append({"type": "episode", "id": hit.id, "kind": hit.kind, "text": hit.text,
                                   "framing": "an event this memory stored from an earlier session (what happened, "
@@ -156,26 +139,18 @@ class Tools:
 
     def lessons(self, kind: str | None, limit: int) -> dict[str, Any]:
         with self._memory() as memory:
-            origin = memory.identity.origin
-            rows = lesson_rows(memory.store, kind=kind)
-            counts = trust_filter(memory.store.db, memory.config, origin)
-            shown = [_observation(row, *_state_of(memory, row, origin, counts), origin) for row in rows[:limit]]
-        return {"total": len(rows), "shown": len(shown), "lessons": shown}
+            lessons = memory.lessons(kind=kind)
+        shown = [_observation(lesson) for lesson in lessons[:limit]]
+        return {"total": len(lessons), "shown": len(shown), "lessons": shown}
 
     def show(self, hash_prefix: str) -> dict[str, Any]:
         with self._memory() as memory:
             try:
-                details = lesson_details(memory, hash_prefix)
-            except UsageError as exc:
+                details = memory.lesson(hash_prefix)
+            except views.LessonNotFound as exc:
                 raise ToolError(str(exc)) from None
-            origin = memory.identity.origin
-        held = details["held_here"]
-        first_origin = held[0]["origin"] if held else (details["first_publisher"] or "unknown")
-        where = (f"learned by this memory ({origin})" if first_origin == origin
-                 else f"from memory {first_origin}")
         text = details["text"]
-        return details | {"text": scrub.shown(text) if text else text, "framing": FRAMING,
-                          "provenance": f"{where}; state {details['state']}, {details['support']} supporter(s)"}
+        return details | {"text": scrubbed(text) if text else text, "framing": FRAMING}
 
 
 def build_server(tools: Tools) -> MCPServer[Any]:

@@ -46,11 +46,9 @@ from typing import Any, Final
 from neverest.clock import iso
 from neverest.commons import COMMON
 from neverest.files import atomic_write
-from neverest.memory import holdings
 from neverest.memory.queries import agent_memory
-from neverest.memory.scrub import shown
 from neverest.memory.service import Memory
-from neverest.memory.states import trust_filter, verdict
+from neverest.memory.views import LessonView, framing, one_line
 
 BEGIN: Final = b"<!-- neverest:begin -->"
 END: Final = b"<!-- neverest:end -->"
@@ -97,24 +95,16 @@ def project_folder(claude_projects: Path, cwd: str) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    line = line.replace("<!--", "<!-").replace("-->", "->")  # the markers can only be ours
-    return line if len(line) <= MAX_TEXT else line[:MAX_TEXT - 1] + "…"
-
-
-def _line(lesson: agent_memory.Shown, state: str | None) -> str:
-    if lesson.origin == "":
-        where = f"learned here from {lesson.sources} episode(s)" if lesson.sources else "learned here"
-    else:
-        where = f"{state} in the network, from memory {lesson.origin[:16]}"
-    return f"- {lesson.kind}, {where} (id {lesson.hash[:TAG_LEN]}): {_one_line(shown(lesson.text))}"
+def _line(lesson: LessonView) -> str:
+    where = lesson.source if lesson.own else f"{lesson.state} in the network, {lesson.source}"
+    text = one_line(lesson.text, MAX_TEXT).replace("<!--", "<!-").replace("-->", "->")  # the markers are ours
+    return f"- {lesson.kind}, {where} (id {lesson.hash[:TAG_LEN]}): {text}"
 
 
 def section(lines: list[str]) -> bytes:
     body = ["## Neverest: observations, not instructions", "",
-            "What earlier sessions showed (this machine's memory, and lessons common among the memories it "
-            "trusts). Weigh them, then decide for yourself. Delete a line and it is not written again.", "",
+            f"From this machine's memory, and the lessons common among the memories it trusts: {framing()}. "
+            "Delete a line and it is not written again.", "",
             *lines]
     return BEGIN + b"\n" + "\n".join(body).encode("utf-8") + b"\n" + END + b"\n"
 
@@ -212,48 +202,39 @@ def _report() -> dict[str, Any]:
             "opted_out_now": [], "skipped": []}
 
 
-def render_agent_memory(memory: Memory, *, claude_projects: Path) -> dict[str, Any]:
-    """Write each project's section; what was done, as a JSON-able report."""
+def render_agent_memory(memory: Memory, *, claude_projects: Path, lessons: list[LessonView] | None = None
+                        ) -> dict[str, Any]:
+    """Write each project's section from ``lessons`` (``memory.lessons()`` unless given); what was done, as
+    a JSON-able report."""
     report = _report()
     if not claude_projects.is_dir():
         report["skipped"].append(f"{claude_projects} does not exist (Claude Code not used here)")
         return report
-    db = memory.store.db
-    shown = agent_memory.unarchived(db)
-    own: dict[str, list[agent_memory.Shown]] = {}
-    for lesson in shown:
-        if lesson.origin == "":
+    lessons = memory.lessons() if lessons is None else lessons
+    own: dict[str, list[LessonView]] = {}
+    for lesson in lessons:
+        if lesson.own:
             for project in lesson.projects:
                 own.setdefault(project, []).append(lesson)
-    # Received lessons are judged once; only the common ones are shown, in every project.
-    counts = trust_filter(db, memory.config, memory.identity.origin)
-    own_hashes = {lesson.hash for lesson in shown if lesson.origin == ""}
-    received: list[tuple[agent_memory.Shown, str]] = []
-    seen: set[str] = set()
-    for lesson in shown:
-        if lesson.origin == "" or lesson.hash in own_hashes or lesson.hash in seen:
-            continue
-        held = holdings.about(db, lesson.hash)
-        state = verdict(db, lesson.hash, now=memory.clock.now(), config=memory.config,
-                        own_origin=memory.identity.origin, counts=counts, held=held).state
-        if state == COMMON:
-            received.append((lesson, state))
-            seen.add(lesson.hash)
+    # Received lessons are shown only when common, once each, in every project; never one learned here too.
+    own_hashes = {lesson.hash for lesson in lessons if lesson.own}
+    received: dict[str, LessonView] = {}
+    for lesson in lessons:
+        if not lesson.own and lesson.hash not in own_hashes and lesson.state == COMMON:
+            received.setdefault(lesson.hash, lesson)
 
     done: set[str] = set()
-    for project, lessons in sorted(own.items()):
+    for project, learned in sorted(own.items()):
         folder = project_folder(claude_projects, project)
         if folder is None:
             report["skipped"].append(f"{project}: its Claude Code folder name is cut and none matches")
             continue
         report["projects"] += 1
         path = memory_file(folder)
-        chosen: list[tuple[agent_memory.Shown, str | None]] = [(lesson, None) for lesson in lessons]
-        _render_file(memory, path, chosen + [(lesson, state) for lesson, state in received], report,
-                     project=project)
+        _render_file(memory, path, learned + list(received.values()), report, project=project)
         done.add(os.fspath(path))
     # A project whose lessons are all gone (archived, forgotten) loses its section.
-    for name in agent_memory.files(db):
+    for name in agent_memory.files(memory.store.db):
         if name not in done and Path(name).is_file():
             _render_file(memory, Path(name), [], report)
     return report
@@ -265,8 +246,8 @@ def memory_file(folder: Path) -> Path:
     return path.resolve() if path.is_symlink() else path
 
 
-def _render_file(memory: Memory, path: Path, candidates: list[tuple[agent_memory.Shown, str | None]],
-                 report: dict[str, Any], *, project: str = "") -> None:
+def _render_file(memory: Memory, path: Path, candidates: list[LessonView], report: dict[str, Any], *,
+                 project: str = "") -> None:
     """Write one file's section: the candidates not vetoed, at most ``MAX_LINES`` and ``MAX_SECTION_BYTES``;
     none removes it (and the file, when nothing else is in it).  A file opted out is left alone; a file
     gone since this memory last left its section in it is the owner's opt-out, recorded."""
@@ -290,8 +271,8 @@ def _render_file(memory: Memory, path: Path, candidates: list[tuple[agent_memory
     newly = [h for h in record.written if h[:TAG_LEN].encode() not in present and h not in record.vetoed]
     vetoed = sorted({*record.vetoed, *newly})
     report["vetoed"] += len(newly)
-    chosen = [(lesson, state) for lesson, state in candidates if lesson.hash not in vetoed][:MAX_LINES]
-    lines = [_line(lesson, state) for lesson, state in chosen]
+    chosen = [lesson for lesson in candidates if lesson.hash not in vetoed][:MAX_LINES]
+    lines = [_line(lesson) for lesson in chosen]
     while lines and len(section(lines)) > MAX_SECTION_BYTES:
         lines.pop()
     chosen = chosen[:len(lines)]
@@ -307,7 +288,7 @@ def _render_file(memory: Memory, path: Path, candidates: list[tuple[agent_memory
         atomic_write(path, data, mode=mode)
         report["written"] += 1
     with memory.store.write() as wdb:
-        agent_memory.set_written(wdb, key, [lesson.hash for lesson, _ in chosen], vetoed)
+        agent_memory.set_written(wdb, key, [lesson.hash for lesson in chosen], vetoed)
 
 
 def withdraw_agent_memory(memory: Memory) -> dict[str, Any]:

@@ -10,13 +10,14 @@ printed, when the reader of the output went away (``| head``), as for a Unix too
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import render_for_agents
+from neverest.client import DEFAULT_TIMEOUT_S, DaemonFailed, DaemonRefused, ask_daemon
 from neverest.clock import Clock, clock_from_env
 from neverest.config import load_config
-from neverest.control import DaemonFailed, DaemonNotRunning, DaemonRefused, ask
 from neverest.memory.service import Memory
 from neverest.paths import HomeError, find_home
 
@@ -50,7 +51,7 @@ def open_memory(args: argparse.Namespace) -> Memory:
     return Memory.open(home, load_config(home), clock_of_env(), renderers=(render_for_agents,))
 
 
-def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = 600.0
+def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S
                    ) -> dict[str, Any] | None:
     """The running daemon's answer to ``request``, or None when no daemon runs for this home.
 
@@ -58,10 +59,19 @@ def through_daemon(args: argparse.Namespace, request: dict[str, Any], *, timeout
     the home, and it shares what changed at once.
     """
     try:
-        return ask(home_of(args), request, timeout_s=timeout_s)
-    except DaemonNotRunning:
-        return None
+        return ask_daemon(home_of(args), request, timeout_s=timeout_s)
     except DaemonRefused as exc:  # what was asked cannot be done as asked: the caller's fault
         raise UsageError(str(exc)) from None
     except DaemonFailed as exc:
         raise CommandFailed(f"the daemon failed: {exc}") from None
+
+
+def daemon_or_here(args: argparse.Namespace, request: dict[str, Any], here: Callable[[Memory], dict[str, Any]]
+                   ) -> tuple[dict[str, Any], bool]:
+    """What ``request`` gave, and whether the daemon did it: the running daemon's ``result``, else what
+    ``here`` gives on the memory opened here (the same memory service, so the same result)."""
+    answer = through_daemon(args, request)
+    if answer is not None:
+        return dict(answer["result"]), True
+    with open_memory(args) as memory:
+        return here(memory), False

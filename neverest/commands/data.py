@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from neverest.clock import iso, parse_time
-from neverest.commands.common import UsageError, open_memory, through_daemon
+from neverest.commands.common import UsageError, daemon_or_here, open_memory
 from neverest.memory.export import export
 from neverest.memory.store import Store
 
@@ -31,14 +31,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if len(chosen) != 1:
         raise UsageError("forget needs exactly one of --episode ID, --session S, --before DATE")
     before = _before(args.before) if args.before is not None else None
-    answer = through_daemon(args, {"op": "forget", "episode": args.episode, "session": args.session,
-                                   "before": iso(before) if before is not None else None})
-    if answer is not None:
-        result = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            # The service re-renders: lessons.md and the others no longer count what was forgotten.
-            result = memory.forget(episode=args.episode, session=args.session, before=before)
+    # The service re-renders: lessons.md and the others no longer count what was forgotten.
+    result, _ = daemon_or_here(args, {"op": "forget", "episode": args.episode, "session": args.session,
+                                      "before": iso(before) if before is not None else None},
+                               lambda memory: memory.forget(episode=args.episode, session=args.session, before=before))
     # An id or a session that names nothing is a typo, not a success (a date before everything is not:
     # there was just nothing that old).  Nothing matched, so nothing was deleted.
     if not result["episodes"] and args.episode is not None:

@@ -39,9 +39,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from neverest.client import ControlError, ask
 from neverest.clock import clock_from_env, iso, parse_time
 from neverest.config import Config, ConfigError, config_warnings, load_config
-from neverest.control import ControlError, ask
 from neverest.identity import IdentityError, load_or_create
 from neverest.lock import LISTENING, read_holder
 from neverest.memory import holdings

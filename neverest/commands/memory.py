@@ -1,7 +1,7 @@
 """neverestctl commands of the local memory: remember, sleep, lessons, recall.
 
 ``remember`` and ``sleep`` go through the running daemon when there is one (see
-``common.through_daemon``); without one they work on the store here.
+``common.daemon_or_here``); without one they work on the store here.
 """
 
 from __future__ import annotations
@@ -11,16 +11,12 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from neverest.agents.doors import ingest_agents
-from neverest.commands.common import UsageError, home_of, open_memory, through_daemon
-from neverest.memory import holdings
-from neverest.memory.render import lesson_rows
+from neverest.commands.common import UsageError, daemon_or_here, home_of, open_memory, through_daemon
 from neverest.memory.service import Memory
-from neverest.memory.states import trust_filter, verdict
 from neverest.transports.adapters import configured
 
 EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "worked", "reaction", "agent", "session",
@@ -28,15 +24,13 @@ EVENT_FIELDS = ("said", "agent_did", "title", "expected", "happened", "text", "w
 
 
 def _remember_file(args: argparse.Namespace, path: Path) -> dict[str, Any]:
-    answer = through_daemon(args, {"op": "remember", "path": str(path.resolve())})
-    if answer is not None:
-        return dict(answer["result"])
-    with open_memory(args) as memory:
+    def here(memory: Memory) -> dict[str, Any]:
         try:
             with path.open("rb") as stream:
                 return memory.ingest_lines(stream).to_json()
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return daemon_or_here(args, {"op": "remember", "path": str(path.resolve())}, here)[0]
 
 
 def _remember_stdin(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,12 +65,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
         event = {"kind": args.kind} | {f: getattr(args, f) for f in EVENT_FIELDS if getattr(args, f) is not None}
         if "cwd" not in event:
             event["cwd"] = str(Path.cwd())
-        answer = through_daemon(args, {"op": "remember", "events": [event]})
-        if answer is not None:
-            result = answer["result"]
-        else:
-            with open_memory(args) as memory:
-                result = memory.ingest([event]).to_json()
+        result, _ = daemon_or_here(args, {"op": "remember", "events": [event]},
+                                   lambda memory: memory.ingest([event]).to_json())
     if args.json:
         print(json.dumps(result))
     else:
@@ -128,43 +118,28 @@ def cmd_sleep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _state_of(memory: Memory, row: dict[str, object], origin: str, counts: Callable[[str], bool]) -> tuple[str, int]:
-    """A lesson's state: archived, local (never published) or its commons state, and its support."""
-    if row["archived"] and row["origin"] == "":
-        return "archived", 0
-    held = holdings.about(memory.store.db, str(row["hash"]))
-    if not held:
-        return "local", 0
-    v = verdict(memory.store.db, str(row["hash"]), now=memory.clock.now(), config=memory.config, own_origin=origin,
-                counts=counts, held=held)
-    return v.state, v.support
-
-
 # The columns of `neverestctl lessons`, named once above the rows (the widths are the rows').
 LESSONS_HEADER = f"{'hash':<8}  {'kind':<10}  {'strength':>8}  {'seen':>4}  {'state':<9}  {'support':>7}  text"
 
 
 def cmd_lessons(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
-        origin = memory.identity.origin
-        rows = lesson_rows(memory.store, kind=args.kind, include_archived=args.all)
-        counts = trust_filter(memory.store.db, memory.config, origin)
-        if not rows and not args.json:
-            print("no lessons yet: they are learned at the next sleep from the events remembered "
-                  "(neverestctl sleep runs one now)")
-        elif not args.json:
-            print(LESSONS_HEADER)
-        for row in rows:
-            state, support = _state_of(memory, row, origin, counts)
-            if args.json:
-                print(json.dumps({
-                    "hash": row["hash"], "kind": row["kind"], "text": row["text"], "strength": row["strength"],
-                    "seen": row["seen"], "state": state, "support": support, "origin": row["origin"] or origin,
-                    "updated": row["updated"], "id": row["id"], "sources": row["sources"], "layer": row["layer"],
-                }, ensure_ascii=False))
-            else:
-                print(f"{row['hash'][:8]}  {row['kind']:<10}  {row['strength']:8.2f}  {row['seen']:>4}  "
-                      f"{state:<9}  {support:>7}  {row['text']}")
+        lessons = memory.lessons(kind=args.kind, include_archived=args.all)
+    if not lessons and not args.json:
+        print("no lessons yet: they are learned at the next sleep from the events remembered "
+              "(neverestctl sleep runs one now)")
+    elif not args.json:
+        print(LESSONS_HEADER)
+    for lesson in lessons:
+        if args.json:
+            print(json.dumps({
+                "hash": lesson.hash, "kind": lesson.kind, "text": lesson.text, "strength": lesson.strength,
+                "seen": lesson.seen, "state": lesson.state, "support": lesson.support, "origin": lesson.origin,
+                "updated": lesson.updated, "id": lesson.id, "sources": lesson.sources, "layer": lesson.layer,
+            }, ensure_ascii=False))
+        else:
+            print(f"{lesson.hash[:8]}  {lesson.kind:<10}  {lesson.strength:8.2f}  {lesson.seen:>4}  "
+                  f"{lesson.state:<9}  {lesson.support:>7}  {lesson.text}")
     return 0
 
 

@@ -8,13 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from neverest.commands.common import CommandFailed, UsageError, open_memory, through_daemon
-from neverest.memory import holdings
-from neverest.memory import publish as publishing
-from neverest.memory.queries import lessons as lesson_queries
-from neverest.memory.render import lesson_rows
+from neverest.commands.common import CommandFailed, UsageError, daemon_or_here, open_memory
+from neverest.memory import views
 from neverest.memory.service import Memory, OwnerError
-from neverest.memory.states import verdict
 from neverest.transports import commons_client
 from neverest.transports.adapters import CommonsTransport, FolderTransport
 
@@ -26,18 +22,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if not project.is_dir():
         raise UsageError(f"{args.project} is not a folder: give the project folder whose lessons may be shared")
     project_path = str(project.resolve())
-    answer = through_daemon(args, {"op": "publish", "project": project_path, "corrections": args.corrections})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            out = _owner(lambda: memory.publish(project_path, corrections=args.corrections))
+    out, by_daemon = daemon_or_here(args, {"op": "publish", "project": project_path, "corrections": args.corrections},
+                                    lambda memory: _owner(lambda: memory.publish(project_path,
+                                                                                 corrections=args.corrections)))
     if args.json:
         print(json.dumps(out))
     else:
         what = "lessons, corrections included" if args.corrections else "lessons (corrections stay private)"
         print(f"publishing {what} from {out['project']}; {out['signed']} record(s) signed now"
-              + ("; the daemon shares them with its peers now" if answer is not None and out["signed"] else ""))
+              + ("; the daemon shares them with its peers now" if by_daemon and out["signed"] else ""))
         if out.get("held_back"):
             print(f"{out['held_back']} lesson(s) held back: their text still holds a path, an address, a token... "
                   "or says nothing once scrubbed; they stay personal (neverestctl show HASH says why)")
@@ -46,12 +39,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_unpublish(args: argparse.Namespace) -> int:
     project_path = str(Path(args.project).expanduser().resolve())
-    answer = through_daemon(args, {"op": "unpublish", "project": project_path})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            out = memory.unpublish(project_path)
+    out, _ = daemon_or_here(args, {"op": "unpublish", "project": project_path},
+                            lambda memory: memory.unpublish(project_path))
     if args.json:
         print(json.dumps(out))
     else:
@@ -61,12 +50,8 @@ def cmd_unpublish(args: argparse.Namespace) -> int:
 
 def cmd_folder_sync(args: argparse.Namespace) -> int:
     folder_path = str(Path(args.dir).expanduser().resolve())
-    answer = through_daemon(args, {"op": "folder_sync", "dir": folder_path})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            out = memory.sync(FolderTransport(Path(folder_path)))
+    out, _ = daemon_or_here(args, {"op": "folder_sync", "dir": folder_path},
+                            lambda memory: memory.sync(FolderTransport(Path(folder_path))))
     if "error" in out:
         raise CommandFailed(out["error"])
     if args.json:
@@ -89,54 +74,15 @@ def _owner(fn: Callable[[], T]) -> T:
 
 
 def _find(memory: Memory, prefix: str) -> str:
-    prefix = prefix.lower()
-    if len(prefix) < 6:
-        raise UsageError("give at least 6 hex digits of the lesson's hash")
-    found = lesson_queries.find_by_prefix(memory.store.db, prefix)
-    if len(found) != 1:
-        raise UsageError(f"{len(found)} lessons have a hash starting with {prefix}")
-    return found.pop()
-
-
-def lesson_details(memory: Memory, prefix: str) -> dict[str, Any]:
-    """A lesson by hash prefix: its text, state, publishers, supporters, refuters, the rows held here and its
-    records.
-
-    Raises UsageError when the prefix is too short or does not name exactly one lesson.
-    """
-    target = _find(memory, prefix)
-    db = memory.store.db
-    origin = memory.identity.origin
-    held = holdings.about(db, target)
-    v = verdict(db, target, now=memory.clock.now(), config=memory.config, own_origin=origin, held=held)
-    lessons = lesson_rows(memory.store, include_archived=True, target=target)
-    records = [{"type": h.type, "origin": h.origin, "seq": h.seq, "at": h.at, "source": h.source,
-                "received": h.received, "superseded": h.superseded} for h in held]
-    tomb = holdings.tombstone(db, target)
-    first = lessons[0] if lessons else {}
-    # Why a lesson of a published project is not signed (its text, once scrubbed), or None.
-    held_back = publishing.held_back(db).get(target)
-    # One truth with `lessons`: no record carries the lesson, so it is this memory's own and was never
-    # published: local (the commons rule, which knows only records, would call it a candidate).
-    state, support = (v.state, v.support) if held else ("local", 0)
-    return {
-        "hash": target, "text": first.get("text"), "kind": first.get("kind"),
-        "state": state, "support": support, "publishers": list(v.publishers), "first_publisher": v.first_publisher,
-        "supporters": list(v.supporters), "revoked_by": list(v.revoked_by), "tombstone": tomb,
-        # Origins whose sessions met the lesson's situation and saw it not hold: they inform trust and
-        # never move the state (PROTOCOL.md §1, "Refutations"); a publisher's own is listed, and ignored there.
-        "refuted_by": holdings.refuters(db, target),
-        "held_back": held_back,
-        "last_support": v.last_support.isoformat() if v.last_support else None,
-        "held_here": [{"id": r["id"], "origin": r["origin"] or origin, "strength": r["strength"], "seen": r["seen"],
-                       "layer": r["layer"], "archived": r["archived"], "sources": r["sources"]} for r in lessons],
-        "records": records,
-    }
+    try:
+        return views.find(memory.store.db, prefix)
+    except views.LessonNotFound as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
-        out = lesson_details(memory, args.hash)
+        out = memory.lesson(_find(memory, args.hash))
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
         return 0
@@ -163,13 +109,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_revoke(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         target = _find(memory, args.hash)
-    answer = through_daemon(args, {"op": "revoke", "hash": target})
-    if answer is not None:
-        out = answer["result"]
-    else:
-        with open_memory(args) as memory:
-            record = _owner(lambda: memory.revoke(target))
-        out = {"hash": target, "seq": record.seq}
+    out, _ = daemon_or_here(args, {"op": "revoke", "hash": target},
+                            lambda memory: {"hash": target, "seq": _owner(lambda: memory.revoke(target)).seq})
     if args.json:
         print(json.dumps(out))
     else:
@@ -185,19 +126,15 @@ def cmd_commons(args: argparse.Namespace) -> int:
     if not token_file:
         raise UsageError("give --token-file FILE (or set commons_token_file in config.toml)")
     token_path = str(Path(token_file).expanduser().resolve())
-    answer = through_daemon(args, {"op": "commons", "action": args.commons_command, "url": args.url,
-                                   "token_file": token_path})
-    if answer is not None:
-        out = answer["result"]
-    else:
+    def here(memory: Memory) -> dict[str, Any]:
         try:
             token = commons_client.read_token(token_path)
         except commons_client.CommonsError as exc:
             raise UsageError(str(exc)) from None
-        transport = CommonsTransport(args.url, token, push=args.commons_command == "push",
-                                     pull=args.commons_command == "pull")
-        with open_memory(args) as memory:
-            out = memory.sync(transport)
+        return memory.sync(CommonsTransport(args.url, token, push=args.commons_command == "push",
+                                            pull=args.commons_command == "pull"))
+    out, _ = daemon_or_here(args, {"op": "commons", "action": args.commons_command, "url": args.url,
+                                   "token_file": token_path}, here)
     if "error" in out:
         raise CommandFailed(out["error"])
     if args.json:

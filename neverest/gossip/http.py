@@ -11,10 +11,10 @@ and control go through the Unix socket (control.py).
 Bounds, so that a hostile peer costs little (every remote byte is hostile):
 
 - a body over ``max_body_bytes`` is refused with 413 as soon as its Content-Length
-  says so, or as soon as that many bytes have arrived without one, never buffered;
+  says so, or as soon as the next chunk would take it over without one, never buffered;
 - the whole body must arrive within ``body_timeout_s`` (a peer trickling one byte a
   second is cut off with 408), and hypercorn's own read and keep-alive timeouts
-  bound idle connections;
+  bound idle connections (the body reader is every server's, ``serving.read_body``);
 - a peer the ``cutoff`` callback names (it kept sending invalid requests) is answered 429
   with ``Retry-After`` before its body is read, after a delay (``tarpit_s``), and the
   connection is closed; the edge's
@@ -39,7 +39,7 @@ import httpx
 import trio
 
 from neverest import httpclient
-from neverest.serving import handled_by_server, serve_asgi
+from neverest.serving import BodyRefused, ClientGone, handled_by_server, read_body, serve_asgi
 
 EXCHANGE_PATH: Final = "/gossip/v1/exchange"
 HEALTH_PATH: Final = "/healthz"
@@ -139,28 +139,13 @@ class GossipApp:
         await _answer(send, 200, text.encode("utf-8"), METRICS_CONTENT_TYPE)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    raise RemoteError("bad Content-Length") from None
-                if declared > self.max_body_bytes:
-                    raise RemoteError(f"body over {self.max_body_bytes} bytes", 413)
-        body = bytearray()
         try:
-            with trio.fail_after(self.body_timeout_s):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise RemoteError("the peer went away", 400)
-                    body += message.get("body", b"")
-                    if len(body) > self.max_body_bytes:
-                        raise RemoteError(f"body over {self.max_body_bytes} bytes", 413)
-                    if not message.get("more_body", False):
-                        return bytes(body)
-        except trio.TooSlowError:
-            raise RemoteError(f"the body did not arrive within {self.body_timeout_s:g} s", 408) from None
+            return await read_body(scope.get("headers", []), receive, limit=self.max_body_bytes,
+                                   timeout_s=self.body_timeout_s)
+        except BodyRefused as exc:
+            raise RemoteError(exc.message, exc.status) from None
+        except ClientGone:  # a peer that hangs up mid-body is counted towards a cut-off like a refused body
+            raise RemoteError("the peer went away", 400) from None
 
 
 async def _answer(send: Send, status: int, body: bytes, content_type: str,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Protocol
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
-from neverest.memory import holdings
+from neverest.memory import holdings, views
 from neverest.memory import publish as publishing
 from neverest.memory.embed import Embedder, load_embedder
 from neverest.memory.events import IngestResult, ingest, ingest_lines
@@ -85,6 +85,10 @@ class OwnerError(ValueError):
     """The owner asked for something this memory cannot do as asked (exit status 2 in the CLI)."""
 
 
+# A render of a layer above (an agent's memory files): the memory, and its lessons as ``lessons()`` gives them.
+Renderer = Callable[["Memory", list[views.LessonView]], object]
+
+
 @dataclass
 class Memory:
     store: Store
@@ -94,12 +98,13 @@ class Memory:
     home: Path | None = None
     # The embedder, when the caller keeps one across memories (the daemon's worker); else made on first use.
     embedder_: Embedder | None = field(default=None, repr=False)
-    # Renders of the layers above (the agents' memory files) run after this memory's own, in this order.
-    renderers: tuple[Callable[[Memory], object], ...] = ()
+    # Renders of the layers above (the agents' memory files) run after this memory's own, in this order,
+    # with the lessons those were rendered from (judged once for every render).
+    renderers: tuple[Renderer, ...] = ()
 
     @classmethod
     def open(cls, home: Path, config: Config, clock: Clock, *, embedder: Embedder | None = None,
-             renderers: tuple[Callable[[Memory], object], ...] = ()) -> Memory:
+             renderers: tuple[Renderer, ...] = ()) -> Memory:
         """The memory whose store and key live in ``home``."""
         store = open_store(home, busy_timeout_s=config.busy_timeout_s)
         try:
@@ -184,9 +189,10 @@ class Memory:
 
     def render(self) -> None:
         if self.home is not None:
-            render(self.store, self.home, self.identity.origin, state_of=self._commons_state())
+            lessons = self.lessons()
+            render(self.store, self.home, lessons)
             for extra in self.renderers:
-                extra(self)
+                extra(self, lessons)
 
     def _commons_state(self) -> Callable[[str], str]:
         """A lesson hash's commons state, for the renders to label received lessons with (a received
@@ -255,3 +261,13 @@ class Memory:
     def recall(self, query: str, k: int = 5) -> list[Hit]:
         return recall(self.store, query, now=self.clock.now(), embedder=self.embedder, k=k)
 
+    def lessons(self, *, kind: str | None = None, include_archived: bool = False,
+                ids: Collection[int] | None = None) -> list[views.LessonView]:
+        """The lessons held (of ``kind``, with one of ``ids``), strongest first, as every door shows them."""
+        return views.load(self.store.db, now=self.clock.now(), config=self.config, own_origin=self.identity.origin,
+                          kind=kind, include_archived=include_archived, ids=ids)
+
+    def lesson(self, prefix: str) -> dict[str, Any]:
+        """One lesson in full by hash prefix (``views.details``); raises ``views.LessonNotFound``."""
+        return views.details(self.store.db, prefix, now=self.clock.now(), config=self.config,
+                             own_origin=self.identity.origin)

@@ -26,7 +26,7 @@ import trio
 
 from neverest.clock import Clock, SystemClock
 from neverest.files import atomic_write
-from neverest.serving import handled_by_server, serve_asgi
+from neverest.serving import BodyRefused, ClientGone, handled_by_server, read_body, serve_asgi
 from neverest.transports.commons_auth import (
     CommonsServerError,
     FailureLimiter,
@@ -77,10 +77,6 @@ log = logging.getLogger("neverest.commons")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class _ClientGone(Exception):
-    """The client disconnected before its request was complete: there is nobody to answer."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +215,7 @@ class CommonsApp:
         except Refusal as exc:
             self._log_refusal(scope, host, address, who, exc)
             await _error(send, exc)
-        except _ClientGone:
+        except ClientGone:
             return
         except Exception:
             log.exception("%s %r failed on our side", scope["method"], scope["path"][:200])
@@ -328,27 +324,10 @@ class CommonsApp:
                 del self._origin_locks[origin]
 
     async def _read_body(self, headers: Mapping[bytes, bytes], receive: Receive, limit: int) -> bytes:
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                raise Refusal(400, "bad-request", "Content-Length is not a number")
-            if int(declared) > limit:
-                raise Refusal(413, "too-large", f"the body is {int(declared)} bytes; the limit is {limit}")
-        body = bytearray()
         try:
-            with trio.fail_after(self.limits.body_timeout_s):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise _ClientGone
-                    body += message.get("body", b"")
-                    if len(body) > limit:
-                        raise Refusal(413, "too-large", f"the body is over {limit} bytes")
-                    if not message.get("more_body", False):
-                        return bytes(body)
-        except trio.TooSlowError:
-            raise Refusal(408, "body-timeout",
-                          f"the body did not arrive within {self.limits.body_timeout_s:g} s") from None
+            return await read_body(headers.items(), receive, limit=limit, timeout_s=self.limits.body_timeout_s)
+        except BodyRefused as exc:
+            raise Refusal(exc.status, exc.code, exc.message) from None
 
     async def _put(self, origin: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         body = await self._read_body(headers, receive, MAX_FILE_BYTES)

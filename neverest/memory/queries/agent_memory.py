@@ -1,6 +1,6 @@
-"""What the render into an agent's own memory file reads: lessons with the folders they were
-learned in, and per file (in ``meta``, key ``agent_memory:<path>``) the hashes last written, the
-veto list, and whether the owner opted the file out (deleted it) and when."""
+"""What the render into an agent's own memory file keeps per file (in ``meta``, key
+``agent_memory:<path>``): the hashes last written, the veto list, and whether the owner opted the
+file out (deleted it) and when.  The lessons it writes come from ``neverest.memory.views``."""
 
 from __future__ import annotations
 
@@ -11,35 +11,6 @@ from typing import NamedTuple
 from neverest.memory.store import Store, meta_value
 
 _META_PREFIX = "agent_memory:"
-
-
-class Shown(NamedTuple):
-    hash: str
-    kind: str
-    text: str
-    strength: float
-    seen: int
-    origin: str  # '' for this memory's own
-    sources: int
-    projects: tuple[str, ...]  # the working folders of its source episodes (else the lesson's own)
-
-
-def unarchived(db: sqlite3.Connection) -> list[Shown]:
-    """Every unarchived lesson, strongest first, with the distinct cwd of its source episodes."""
-    rows = db.execute(
-        "SELECT l.hash, l.kind, l.text, l.strength, l.seen, l.origin, l.cwd, "
-        "(SELECT count(*) FROM lesson_sources s WHERE s.lesson_id = l.id), "
-        "(SELECT json_group_array(DISTINCT e.cwd) FROM lesson_sources s JOIN episodes e ON e.id = s.episode_id "
-        " WHERE s.lesson_id = l.id AND e.cwd != '') "
-        "FROM lessons l WHERE l.archived = 0 ORDER BY l.strength DESC, l.id").fetchall()
-    out = []
-    for digest, kind, text, strength, seen, origin, cwd, sources, cwds in rows:
-        projects = tuple(sorted(json.loads(cwds))) if cwds else ()
-        if not projects and cwd:
-            projects = (str(cwd),)
-        out.append(Shown(str(digest), str(kind), str(text), float(strength), int(seen), str(origin), int(sources),
-                         projects))
-    return out
 
 
 class FileState(NamedTuple):

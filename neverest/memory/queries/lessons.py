@@ -8,8 +8,9 @@ lesson's sources is one dot product.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -99,13 +100,15 @@ class LessonRow:
     project: str
     layer: str
     archived: bool
+    projects: tuple[str, ...]  # the distinct working folders of its source episodes, else its own (project)
 
 
 def rows(db: sqlite3.Connection, *, kind: str | None = None, include_archived: bool = False,
-         target: str | None = None) -> list[LessonRow]:
-    """Lessons, strongest first."""
+         target: str | None = None, ids: Collection[int] | None = None) -> list[LessonRow]:
+    """Lessons (of ``kind``, about ``target``, with one of ``ids``), strongest first."""
     sql = (f"SELECT id, hash, kind, text, seen, strength, updated, created, origin, {_SOURCE_COUNT}, cwd, layer, "
-           "archived FROM lessons WHERE 1 = 1")
+           "archived, (SELECT json_group_array(DISTINCT e.cwd) FROM lesson_sources s JOIN episodes e "
+           "ON e.id = s.episode_id WHERE s.lesson_id = lessons.id AND e.cwd != '') FROM lessons WHERE 1 = 1")
     args: list[Any] = []
     if not include_archived:
         sql += " AND archived = 0"
@@ -115,9 +118,18 @@ def rows(db: sqlite3.Connection, *, kind: str | None = None, include_archived: b
     if target:
         sql += " AND hash = ?"
         args.append(target)
+    if ids is not None:
+        wanted = sorted({int(i) for i in ids})
+        sql += f" AND id IN ({','.join('?' * len(wanted))})"
+        args.extend(wanted)
     sql += " ORDER BY strength DESC, id"
-    return [LessonRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], bool(r[12]))
-            for r in db.execute(sql, args)]
+    return [LessonRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], bool(r[12]),
+                      _projects(r[13], r[10])) for r in db.execute(sql, args)]
+
+
+def _projects(cwds: str | None, own_cwd: str) -> tuple[str, ...]:
+    projects = tuple(sorted(json.loads(cwds))) if cwds else ()
+    return projects or ((own_cwd,) if own_cwd else ())
 
 
 def recall_scan(db: sqlite3.Connection, now: str, space: str) -> Scored:
