@@ -10,7 +10,7 @@ below.
 The keys are flat (``gossip_every_s``), as the person writes them; the code reads them in
 sections (``config.sections.gossip.every_s``): each part of Neverest is handed the section it
 needs (the store, the models, sleep, trust, the received-records budget, gossip, discovery,
-the agents' doors, the daemon) and cannot reach the others'.
+the agents' doors, the API for other programs, the daemon) and cannot reach the others'.
 
 Every duration and size carries its unit in its name.  Commands map their
 flags onto these fields; they never repeat defaults.  ``docs/config.example.toml``
@@ -136,6 +136,11 @@ class Config:
     codex_dir: str = ""
     # The share of agent sessions the hooks inject nothing into, to measure what injecting changes.
     holdout: float = 0.5
+    # The loopback JSON API for other programs (POST /v1/<operation>, a bearer token in <home>/api-token):
+    # the daemon serves it on api_listen, HOST:PORT ("" = not served).  An address that is not loopback is
+    # refused unless api_allow_remote is true.
+    api_listen: str = ""
+    api_allow_remote: bool = False
 
 
     @functools.cached_property
@@ -175,6 +180,7 @@ class Config:
                                        commons_announce=self.commons_announce),
             agents=AgentsSection(wired=self.agents, ingest_every_s=self.ingest_every_s, claude_dir=self.claude_dir,
                                  codex_dir=self.codex_dir, holdout=self.holdout),
+            api=ApiSection(listen=self.api_listen, allow_remote=self.api_allow_remote),
             daemon=DaemonSection(inbox_every_s=self.inbox_every_s, folder=self.folder,
                                  control_timeout_s=self.control_timeout_s, log_json=self.log_json,
                                  log_level=self.log_level, log_file=self.log_file),
@@ -280,6 +286,12 @@ class AgentsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiSection:
+    listen: str  # api_listen
+    allow_remote: bool  # api_allow_remote
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonSection:
     inbox_every_s: float
     folder: str
@@ -298,6 +310,7 @@ class Sections(NamedTuple):
     gossip: GossipSection
     discovery: DiscoverySection
     agents: AgentsSection
+    api: ApiSection
     daemon: DaemonSection
 
 

@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The other commands' modules are imported here, not at the top: `verify` runs without
     # them (they take ~0.7 s to import: the memory, numpy, trio, httpx...).
     from neverest.agents.hook import add_parser as add_hook_parser
+    from neverest.commands.agents_bridge import add_parsers as add_bridge_parsers
     from neverest.commands.agents_ingest import add_parsers as add_ingest_parsers
     from neverest.commands.agents_mcp import add_parser as add_mcp_parser
     from neverest.commands.agents_setup import add_parsers as add_agents_parsers
@@ -262,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ingest_parsers(sub, common)
     add_hook_parser(sub, common)
     add_mcp_parser(sub, common)
+    add_bridge_parsers(sub, common)
     add_agents_parsers(sub, common)
     return parser
 
