@@ -331,8 +331,8 @@ OPERATIONS: Final[dict[str, Operation]] = {op.name: op for op in (
               lambda memory, a: show(memory, a["hash"])),
     Operation("chat", "one conversation with a model (OpenAI, Anthropic or Gemini message array) read by the "
               "session detectors: its failed tool calls, corrections and surprises become episodes",
-              (Arg("messages", list, "the conversation's message array (Gemini: its contents)", required=True,
-                   low=0, high=20_000),
+              (Arg("messages", list, "the conversation's message array (or contents)", high=20_000),
+               Arg("contents", list, "Gemini's name for the message array", high=20_000),
                Arg("format", str, "openai, anthropic or gemini (default: guessed from the messages)",
                    choices=("openai", "anthropic", "gemini")),
                _text("model", "the model the conversation is with", high=200),

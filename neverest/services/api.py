@@ -28,9 +28,13 @@ async def serve_api(state: DaemonState, *, task_status: trio.TaskStatus[list[str
     async def run(request: Request) -> dict[str, Any]:
         try:
             if request.operation.writes:
-                return await state.worker.write(request.run)
-            return await state.worker.read(request.run)
+                result = await state.worker.write(request.run)
+            else:
+                result = await state.worker.read(request.run)
         except StoreError as exc:  # a store locked past its busy timeout, a full disk
             raise OperationFailed(f"the memory's store failed: {exc}") from None
+        if "via" in result:  # a write says who made it: here, the daemon
+            result["via"] = "daemon"
+        return result
 
     await serve(ApiApp(token, run, state.clock), section.listen, task_status=task_status)
