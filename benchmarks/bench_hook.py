@@ -9,6 +9,14 @@ interleaved so that a noisy neighbour weighs on all of them alike.  The first ca
 the commons state of the received lessons and keeps it (the slow path), is reported on its own.
 
     python benchmarks/bench_hook.py [--lessons 1000] [--episodes 1000] [--runs 30] [--json]
+        [--embed-url URL --embed-model NAME]
+
+With ``--embed-url`` and ``--embed-model`` the model is configured in the home's config.toml and the lessons are
+embedded in its space before the runs (as a sleep would), so UserPromptSubmit asks the model for the prompt's
+vector (neverest/agents/hook_model.py); the prompt is also timed with the model gone (the configuration pointing
+at a port where nothing listens, the lessons still in the model's space), each call finding it down (the latch
+that spares the calls after a failure removed before each), the fall back to the hashed space.  The 2.5 ×
+target is checked on the runs without a model.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import argparse
 import json
 import os
 import random
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,12 +41,15 @@ import nacl.signing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_episodes import FAILURES, SAID, TOOLS, events
 
+from neverest.agents.hook_model import LATCH_FILE
 from neverest.clock import iso
 from neverest.config import Config
-from neverest.memory.embed import hashed_vector, to_blob
+from neverest.memory.embed import HASHED_SPACE, ModelEmbedder, hashed_vector, to_blob
 from neverest.memory.events import ingest
+from neverest.memory.model import Endpoint
 from neverest.memory.queries import lessons
 from neverest.memory.receive import receive
+from neverest.memory.sleep import embed_rows
 from neverest.memory.store import open_store
 from neverest.records import lesson_hash, sign_confirm, sign_lesson
 
@@ -74,6 +87,18 @@ def build(home: Path, n_lessons: int, n_episodes: int, projects: int) -> None:
     store.close()
 
 
+def embed_lessons(home: Path, url: str, model: str) -> None:
+    """The model configured, and the lessons moved into its space as the next sleep would move them (a model
+    that does not answer leaves them hashed: the hook then has nothing to ask it for)."""
+    with (home / "config.toml").open("a") as config:
+        config.write(f'embed_url = "{url}"\nembed_model = "{model}"\n')
+    store = open_store(home)
+    with ModelEmbedder(Endpoint(url, model)) as embedder:
+        if embedder.probe() != HASHED_SPACE:
+            embed_rows(store, embedder, "lessons", stop_on_fallback=True)
+    store.close()
+
+
 def payloads(session: str) -> dict[str, dict[str, Any]]:
     base = {"session_id": session, "transcript_path": "/nonexistent.jsonl", "cwd": "/src/proj3"}
     return {
@@ -102,27 +127,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projects", type=int, default=7)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--embed-url", default="")
+    parser.add_argument("--embed-model", default="")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir(mode=0o700)
         (home / "config.toml").write_text('trust = "any"\n')
         build(home, args.lessons, args.episodes, args.projects)
-        env = os.environ | {"NEVEREST_HOME": str(home), "NEVEREST_NOW": iso(NOW), "NEVEREST_HOLDOUT": "0"}
+        homes = {"": home}
+        if args.embed_url:
+            # The same memory twice more: with the model (its lessons in its space), and with the model gone.
+            homes["model"] = Path(tmp) / "model"
+            shutil.copytree(home, homes["model"])
+            embed_lessons(homes["model"], args.embed_url, args.embed_model)
+            homes["model down"] = Path(tmp) / "down"
+            shutil.copytree(homes["model"], homes["model down"])
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            config = homes["model down"] / "config.toml"
+            config.write_text(config.read_text().replace(args.embed_url, f"http://127.0.0.1:{port}/v1"))
+        env = {name: os.environ | {"NEVEREST_HOME": str(h), "NEVEREST_NOW": iso(NOW), "NEVEREST_HOLDOUT": "0"}
+               for name, h in homes.items()}
         # What the console script neverest-hook runs (as pip writes it), without runpy's cost of -m.
         hook = [sys.executable, "-c", "import sys; from neverest.agents.hook import entry; sys.exit(entry())"]
-        first, out = timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env)
-        answered = {name: 0 for name in payloads("x")}
-        times: dict[str, list[float]] = {"python -c pass": []} | {name: [] for name in payloads("x")}
+        first, out = timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env[""])
+        for name in homes:
+            if name:
+                timed(hook, json.dumps(payloads("warm-up")["UserPromptSubmit"]).encode(), env[name])
+        # Every event without a model; with one, the prompt (the only event that asks it).
+        rows = [(name, "") for name in payloads("x")] + [("UserPromptSubmit", h) for h in homes if h]
+        label = {row: row[0] + (f", {row[1]}" if row[1] else "") for row in rows}
+        answered = {label[row]: 0 for row in rows}
+        times: dict[str, list[float]] = {"python -c pass": []} | {label[row]: [] for row in rows}
         for run in range(args.runs):
-            took, _ = timed([sys.executable, "-c", "pass"], b"", env)
+            took, _ = timed([sys.executable, "-c", "pass"], b"", env[""])
             times["python -c pass"].append(took)
-            for name, payload in payloads(f"bench-{run}").items():
-                took, out = timed(hook, json.dumps(payload).encode(), env)
-                times[name].append(took)
-                answered[name] += bool(out)
+            for event, where in rows:
+                if where == "model down":  # each call finds the model down (not the failure of a call before)
+                    (homes[where] / LATCH_FILE).unlink(missing_ok=True)
+                took, out = timed(hook, json.dumps(payloads(f"bench-{run}")[event]).encode(), env[where])
+                times[label[event, where]].append(took)
+                answered[label[event, where]] += bool(out)
     base = p95(times["python -c pass"])
     result: dict[str, Any] = {"lessons": args.lessons, "episodes": args.episodes, "runs": args.runs,
+                              "model": args.embed_model if args.embed_url else "",
                               "first_call_ms": round(first * 1000, 1), "p95_ms": {}, "median_ms": {}, "ratio_p95": {},
                               "answered": answered}
     for name, values in times.items():
@@ -130,15 +180,18 @@ def main(argv: list[str] | None = None) -> int:
         result["median_ms"][name] = round(statistics.median(values) * 1000, 1)
         if name != "python -c pass":
             result["ratio_p95"][name] = round(p95(values) / base, 2)
-    result["target_met"] = all(r <= 2.5 for r in result["ratio_p95"].values())
+    # The target is the hook's without a model (README, "Figures"); with one it is measured, not held to it.
+    result["target_met"] = all(r <= 2.5 for name, r in result["ratio_p95"].items() if ", model" not in name)
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"hook on {args.lessons} lessons, {args.episodes} episodes; {args.runs} runs each "
+        print(f"hook on {args.lessons} lessons, {args.episodes} episodes"
+              + (f", model {args.embed_model} at {args.embed_url}" if args.embed_url else "")
+              + f"; {args.runs} runs each "
               f"(first call, judging the received lessons: {result['first_call_ms']} ms)")
         for name in times:
             ratio = result["ratio_p95"].get(name)
-            print(f"  {name:<18} median {result['median_ms'][name]:7.1f} ms   p95 {result['p95_ms'][name]:7.1f} ms"
+            print(f"  {name:<28} median {result['median_ms'][name]:7.1f} ms   p95 {result['p95_ms'][name]:7.1f} ms"
                   + (f"   {ratio:.2f} × python -c pass  (answered {answered[name]}/{args.runs})" if ratio else ""))
         print(f"  target p95 ≤ 2.5 × python -c pass: {'met' if result['target_met'] else 'NOT met'}")
     return 0

@@ -1,14 +1,15 @@
 """Shared test helpers: deterministic identities from the wire vectors; and the guard of the real home.
 
 The suite never touches the person's own agents or memory.  For the whole session ``HOME`` is a fresh
-temporary folder (and ``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``NEVEREST_HOME``, ``XDG_CONFIG_HOME`` are
-unset or pointed into it), so that a default folder (``~/.claude/projects``, ``~/.codex``, ``~/.neverest``)
-can only name a throwaway one; tests that need a home of their own still set it.  And a guard takes the
-names, sizes and modification times of everything under the real ``~/.claude``, ``~/.codex`` and
-``~/.neverest`` (and ``~/.claude.json``) at the start and compares them at the end: a change where
-Neverest writes (``~/.claude/settings.json``, ``~/.claude.json``, a project's ``memory/`` folder,
-``~/.codex/config.toml``, anything in ``~/.neverest``) fails the run, naming the paths.  Other changes
-under ``~/.claude`` or ``~/.codex`` are the agents' own (the agent running this suite writes its
+temporary folder (and ``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``GEMINI_CLI_HOME``, ``NEVEREST_HOME``,
+``XDG_CONFIG_HOME`` are unset or pointed into it), so that a default folder (``~/.claude/projects``,
+``~/.codex``, ``~/.neverest``) can only name a throwaway one; tests that need a home of their own still set
+it.  And a guard takes the names, sizes and modification times of everything under the real ``~/.claude``,
+``~/.codex`` and ``~/.neverest`` (and ``~/.claude.json``, and the MCP files of Claude Desktop, Cursor,
+Windsurf and Gemini CLI, one by one) at the start and compares them at the end: a change where Neverest
+writes (``~/.claude/settings.json``, ``~/.claude.json``, a project's ``memory/`` folder,
+``~/.codex/config.toml``, anything in ``~/.neverest``, those MCP files) fails the run, naming the paths.
+Other changes under ``~/.claude`` or ``~/.codex`` are the agents' own (the agent running this suite writes its
 transcript, todos and caches there as it goes): they are listed, and do not fail the run; so are changes
 in a ``~/.neverest`` whose daemon was running when the suite started, and memory files of projects in
 another pytest run's temporary folder (another run on the machine, of a branch without consent, wrote them).
@@ -32,7 +33,12 @@ import pytest
 VECTORS = Path(__file__).parent / "vectors"
 
 _WATCHED = (".claude", ".codex", ".neverest", ".claude.json")
-_MOVED_ENV = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "NEVEREST_HOME")
+# The files `setup` adds its MCP server to for the agents reached by MCP only (their folders are big: only
+# these files are watched).
+_MCP_FILES = (".config/Claude/claude_desktop_config.json",
+              "Library/Application Support/Claude/claude_desktop_config.json", ".cursor/mcp.json",
+              ".codeium/windsurf/mcp_config.json", ".gemini/settings.json")
+_MOVED_ENV = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "NEVEREST_HOME")
 Snapshot = dict[str, tuple[int, int, bool]]  # path -> (mtime_ns, size, is a folder)
 
 
@@ -59,6 +65,8 @@ def _snapshot(homes: list[Path]) -> Snapshot:
         found[os.fspath(path)] = (st.st_mtime_ns, st.st_size, path.is_dir() and not path.is_symlink())
 
     for home in homes:
+        for name in _MCP_FILES:
+            add(home / name)
         for name in _WATCHED:
             root = home / name
             add(root)
@@ -73,7 +81,7 @@ def _snapshot(homes: list[Path]) -> Snapshot:
 def _neverest_writes(path: str, home: Path) -> bool:
     """Whether ``path`` is where Neverest itself writes (so a change there is the suite's doing)."""
     rel = Path(path).relative_to(home).parts
-    if rel[0] == ".neverest" or rel == (".claude.json",):
+    if rel[0] == ".neverest" or rel == (".claude.json",) or Path(*rel).as_posix() in _MCP_FILES:
         return True
     if rel[0] == ".claude":  # (the folders above a memory/ folder change whenever the agent adds a project)
         return rel[1:] == ("settings.json",) or (len(rel) >= 4 and rel[1] == "projects" and rel[3] == "memory")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +21,15 @@ def model_row(text: str, dim: int) -> list[float]:
     return [byte - 127.5 for byte in digest[:dim]]
 
 
+def words_row(text: str, dim: int) -> list[float]:
+    """A tiny model that reads words: each word (lower case) counts in one of ``dim`` slots chosen by CRC-32,
+    so texts sharing words are close, and the space is not the hashed one."""
+    row = [0.0] * dim
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        row[zlib.crc32(word.encode()) % dim] += 1.0
+    return row if any(row) else [1.0] + [0.0] * (dim - 1)
+
+
 class FakeModelServer(ThreadingHTTPServer):
     """Serves /v1/embeddings and /v1/chat/completions; ``mode`` chooses how it (mis)behaves."""
 
@@ -30,6 +41,7 @@ class FakeModelServer(ThreadingHTTPServer):
         self.dim = 8
         self.delay_s = 3.0
         self.reply = "The build fails without the flag."
+        self.row = model_row  # the model: text, dim -> vector (words_row reads words)
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
 
@@ -50,7 +62,7 @@ class FakeModelServer(ThreadingHTTPServer):
             message = {"role": "assistant", "content": self.reply}
             return 200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode()
         texts = request["input"]
-        data: list[Any] = [{"object": "embedding", "index": i, "embedding": model_row(t, self.dim)}
+        data: list[Any] = [{"object": "embedding", "index": i, "embedding": self.row(t, self.dim)}
                            for i, t in enumerate(texts)]
         if mode == "reversed":
             data.reverse()

@@ -81,3 +81,54 @@ def test_a_file_the_text_edit_cannot_follow_is_written_anew() -> None:
     twice = b'{"hooks": {"Stop": 1}, "hooks": {}}'  # json.loads keeps the last "hooks"
     added = hooks_added(twice, PATH, HOOK)
     assert added is not None and set(json.loads(added)["hooks"]) >= {"SessionStart", "Stop"}
+
+
+# Comments, as Gemini CLI's settings.json allows them (it strips them before JSON.parse: google-gemini/gemini-cli,
+# packages/cli/src/config/settings.ts): read as white space, and every one kept where it was.
+@pytest.mark.parametrize("text", [
+    '{\n  "a": 1 // note\n}\n',
+    '{\n  "a": 1, // first\n  "b": 2 /* two */\n}',
+    '{\n  "mcpServers": {\n    // add servers here\n  }\n}',
+    '{"mcpServers": {/* none */}}',
+    '{\r\n  "a": 1 // note\r\n}\r\n',
+    '{\r\n  "mcpServers": {}\r\n}\r\n',
+    '// top\n{\n  "x": "http://a//b", /* c, d */\n  "y": [1, /* mid */ 2]\n}',
+])
+def test_comments_are_kept_where_they_are_and_a_member_added_then_removed_gives_the_text_back(text: str) -> None:
+    root = jsontext.parse(text)
+    node = root.member("mcpServers") or root
+    added = jsontext.add(text, node, {"command": "x", "args": ["a"]}, "neverest", root=root)
+    assert jsontext._COMMENT.findall(added) == jsontext._COMMENT.findall(text)  # every comment, in its order
+    data = jsontext.loads(text)
+    expected = data | ({"mcpServers": {"neverest": {"command": "x", "args": ["a"]}}} if "mcpServers" in data
+                       else {"neverest": {"command": "x", "args": ["a"]}})
+    assert jsontext.loads(added) == expected
+    if "\r\n" in text:
+        assert "\n" not in added.replace("\r\n", "")  # the file's own line breaks
+    new_root = jsontext.parse(added)
+    new_node = new_root.member("mcpServers") or new_root
+    index = new_node.index("neverest")
+    assert index is not None and jsontext.remove(added, new_node, index) == text
+
+
+def test_a_comment_after_the_last_member_stays_on_its_line() -> None:
+    text = '{\n  "a": 1 // the answer\n}'
+    root = jsontext.parse(text)
+    assert jsontext.add(text, root, 2, "b", root=root) == '{\n  "a": 1, // the answer\n  "b": 2\n}'
+
+
+def test_removing_a_member_keeps_the_comments_the_person_wrote_around_it() -> None:
+    text = '{\n  "neverest": {}, // mine\n  "b": 2\n}'
+    root = jsontext.parse(text)
+    assert jsontext.remove(text, root, 0) == '{\n  // mine\n  "b": 2\n}'
+    text = '{\n  "a": 1, /* keep */\n  "neverest": {}\n}'
+    root = jsontext.parse(text)
+    assert jsontext.remove(text, root, 1) == '{\n  "a": 1 /* keep */\n}'
+
+
+def test_without_comments_leaves_strings_alone_and_keeps_lines() -> None:
+    text = '{"url": "http://x//y", "b": "/* no */"} // yes\n/* two\nlines */'
+    stripped = jsontext.without_comments(text)
+    assert json.loads(stripped) == {"url": "http://x//y", "b": "/* no */"}
+    assert stripped.count("\n") == text.count("\n") and len(stripped) == len(text)
+    assert jsontext.has_comments(text) and not jsontext.has_comments('{"a": "//"}')

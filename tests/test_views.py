@@ -63,7 +63,7 @@ def test_own_unpublished_is_local_and_received_unconfirmed_is_a_candidate_at_eve
         assert (shown["state"], shown["support"], shown["provenance"]) == (v.state, v.support, v.provenance)
     render(store, tmp_path, list(loaded.values()))
     markdown = (tmp_path / "lessons.md").read_text(encoding="utf-8")
-    assert "(local, personal layer" in markdown and "(candidate, common layer" in markdown
+    assert "(local, personal layer" in markdown and "(received, candidate, strength" in markdown
     with pytest.raises(views.LessonNotFound):
         views.details(store.db, "abc", now=NOW, config=Config(), own_origin=OWN)
     store.close()

@@ -15,7 +15,10 @@ event).  What each event gets:
   about);
 - ``UserPromptSubmit`` ("``additionalContext``: String added to Claude's context"): the lessons that share
   ``MIN_SHARED_TERMS`` key terms with the prompt (``neverest.memory.keyterms``) at or above recall's
-  relevance floor in the hashed space, and those the last Stop kept for it (below);
+  relevance floor in the hashed space, and those the last Stop kept for it (below).  With an embedding
+  model configured, a lesson whose vector the sleep put in the model's space is compared there
+  (``MODEL_MIN_SHARED_TERMS``, ``MODEL_MIN_COSINE``), the prompt's vector asked of the model within
+  ``hook_model.TIMEOUT_S``; a model that does not answer in time leaves the hashed space's rule;
 - ``PreToolUse`` ("``additionalContext``: String added to Claude's context before the tool executes";
   never ``permissionDecision``): before a shell call, the error and correction lessons whose moment it is
   (``moments.py``: the trait or program their sentence names; an error learned here only in its own
@@ -45,11 +48,11 @@ JSON, no memory, a locked store, a slow daemon) it prints nothing and exits 0, w
 ``permissionDecision``, which would block or steer the agent.
 
 It is run on every prompt and tool call, so it imports the standard library only on the way to an
-answer: the hashed-space vectors are computed here in plain Python (``tests/test_hook.py`` checks
-them against ``neverest.memory.embed``), the daemon is asked through ``neverest.client`` (standard
-library only too).  The heavy modules load only when they are needed: judging the commons state of a
-published or received lesson (then cached for ``STATE_TTL_S`` in ``lesson_states``), and storing an error
-without a daemon.
+answer (the model's client too, ``hook_model.py``): the hashed-space vectors are computed here in plain
+Python (``tests/test_hook.py`` checks them against ``neverest.memory.embed``), the daemon is asked through
+``neverest.client`` (standard library only too).  The heavy modules load only when they are needed: judging
+the commons state of a published or received lesson (then cached for ``STATE_TTL_S`` in ``lesson_states``),
+and storing an error without a daemon.
 """
 
 from __future__ import annotations
@@ -66,12 +69,16 @@ import time
 
 # hashlib's own BLAKE2b, without hashlib, whose import loads OpenSSL: a tenth of the hook's import time.
 from _blake2 import blake2b
+from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from operator import mul
 from pathlib import Path
 from typing import IO, Any, Final
 
+from neverest.agents import hook_model
+from neverest.agents.hook_model import ModelQuery
 from neverest.agents.moments import Call, bears_on_call, lesson_situation
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
@@ -122,6 +129,11 @@ _WORD: Final = re.compile(r"\w(?:[\w'-]*\w)?")
 _FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2010": "-"})
 # Recall's relevance floor in the hashed space (neverest.memory.recall.HASHED_MIN_COSINE).
 MIN_COSINE: Final = 0.1
+# A prompt or a hand-back in a model's space (a model configured, the lesson's vector in its space, the model
+# answering in time: hook_model.py): the key terms it must share with a lesson, and the cosine it must reach.
+# Chosen by replay on the public corpus with all-MiniLM-L6-v2 (docs/sessions.md, "Model space").
+MODEL_MIN_SHARED_TERMS: Final = 2
+MODEL_MIN_COSINE: Final = 0.3
 _SPARSE_ENTRY: Final = struct.Struct("<Bf")
 Vector = dict[int, float]
 Notes = list[str] | None  # the explanation being gathered (--explain); None when nobody asked
@@ -349,9 +361,12 @@ def _about(group: list[q.Candidate]) -> str:
     return f"{group[0].hash[:12]} ({group[0].kind}, {'this memory' if group[0].origin == '' else 'received'})"
 
 
-def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: Notes = None
-         ) -> list[list[q.Candidate]]:
-    """The lessons for ``event``, best first, each as its rows (own first); [] when nothing bears on it."""
+def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: Notes = None, *,
+         model: ModelQuery | None = None, deadline: float = float("inf")) -> list[list[q.Candidate]]:
+    """The lessons for ``event``, best first, each as its rows (own first); [] when nothing bears on it.
+
+    ``model``: the configured embedding model, for the lessons whose vector is in its space (prompts and
+    hand-backs only: the other moments are matched by their words, as replay chose)."""
     groups = _group(rows)
     if event == "SessionStart":
         cwd = _text(payload.get("cwd"), 4096)
@@ -410,32 +425,93 @@ def rank(event: str, rows: list[q.Candidate], payload: dict[str, Any], notes: No
                                    else "hand-back") + " has no words to match")
         return []
     # A lesson bears on the words when it shares key terms with them (keyterms.py: not filler, not the
-    # words every failure is told in); the most shared terms first.
+    # words every failure is told in) and is close in meaning, in the model's space when the lesson's vector
+    # is in it and the model answers in time, else in the hashed space; the most shared terms first.
     terms = set(key_terms(query))
+    space = _ModelSpace(model, query, deadline)
     scored: list[tuple[int, float, list[q.Candidate]]] = []
     below: list[tuple[float, list[q.Candidate]]] = []
     for group in groups:
         row = group[0]
-        text = row.text.lower()
-        if sum(1 for term in terms if term in text) < MIN_SHARED_TERMS:
-            continue  # the cheap test first (a word found is at least a substring): most lessons share none
+        in_model = space.holds(row)
+        need = MODEL_MIN_SHARED_TERMS if in_model else MIN_SHARED_TERMS
+        if need:
+            text = row.text.lower()
+            if sum(1 for term in terms if term in text) < need:
+                continue  # the cheap test first (a word found is at least a substring): most lessons share none
         shared = len(terms & set(key_terms(row.text)))
-        if shared < MIN_SHARED_TERMS:
+        if shared < need:
             continue
-        lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
-        cosine = dot(vector, lesson)
-        if cosine >= MIN_COSINE:
+        found = space.cosine(row) if in_model else None
+        if found is not None:
+            cosine, floor = found, MODEL_MIN_COSINE
+        else:
+            lesson = from_blob(row.embedding) if row.space == HASHED_SPACE and row.embedding else hashed(row.text)
+            cosine, floor = dot(vector, lesson), MIN_COSINE
+            if shared < MIN_SHARED_TERMS:
+                continue  # the model did not answer: the hashed space's rule, whole
+        if cosine >= floor:
             scored.append((shared, cosine, group))
         elif notes is not None:
             below.append((cosine, group))
     scored.sort(key=lambda item: (-item[0], -item[1]))
     if notes is not None:
         below.sort(key=lambda item: -item[0])
-        notes.append(f"{len(scored)} bear on it ({MIN_SHARED_TERMS} key terms shared and cosine >= {MIN_COSINE}), "
-                     f"{len(below)} more share them but score below")
+        if model is not None:
+            notes.append(space.explained())
+        notes.append(f"{len(scored)} bear on it (key terms shared: {MIN_SHARED_TERMS}, cosine >= {MIN_COSINE} hashed"
+                     + (f"; {MODEL_MIN_SHARED_TERMS} and >= {MODEL_MIN_COSINE} in {model.space}" if model else "")
+                     + f"), {len(below)} more share them but score below")
         notes.extend(f"  bears on it, {n} key terms, cosine {c:.2f}: {_about(g)}" for n, c, g in scored[:5])
         notes.extend(f"  below the floor, cosine {c:.2f}: {_about(g)}" for c, g in below[:3])
     return [group for _, _, group in scored]
+
+
+class _ModelSpace:
+    """A query's vector in the configured model's space, asked once and only when a lesson needs it."""
+
+    def __init__(self, model: ModelQuery | None, query: str, deadline: float) -> None:
+        self.model, self.query, self.deadline = model, query, deadline
+        self._vector: list[float] | None = None
+        self._asked = False
+        self.compared = 0
+
+    def holds(self, row: q.Candidate) -> bool:
+        """Whether ``row``'s vector is in the model's space (and the model has not failed this call)."""
+        if self.model is None or row.space != self.model.space or not row.embedding:
+            return False
+        return not self._asked or self._vector is not None
+
+    def cosine(self, row: q.Candidate) -> float | None:
+        """The query's cosine with ``row`` in the model's space; None when the model did not answer."""
+        assert self.model is not None and row.embedding is not None
+        if not self._asked:
+            self._asked = True
+            self._vector = self.model.vector(self.query, self.deadline)
+        if self._vector is None:
+            return None
+        lesson = dense(row.embedding)
+        if len(lesson) != len(self._vector):
+            return None  # stored by another build of the model: the next sleep re-embeds it
+        self.compared += 1
+        return float(sum(map(mul, self._vector, lesson)))  # a third of the time of a generator over zip
+
+    def explained(self) -> str:
+        assert self.model is not None
+        if not self._asked:
+            return f"the model's space ({self.model.space}): no lesson needed it"
+        if self._vector is None:
+            return f"the model's space ({self.model.space}) not used, the hashed space instead: {self.model.last_error}"
+        return f"the model's space ({self.model.space}): {self.compared} lesson(s) compared in it"
+
+
+def dense(blob: bytes) -> list[float]:
+    """A vector stored dense by ``neverest.memory.embed.to_blob`` (little-endian float32)."""
+    values = array("f")
+    values.frombytes(blob[:len(blob) - len(blob) % 4])
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tolist()
 
 
 def judge(db: sqlite3.Connection, home: Path, hashes: set[str], now: datetime) -> dict[str, tuple[str, int]]:
@@ -459,7 +535,9 @@ def frame(group: list[q.Candidate], state: str, others: int) -> str:
 
 
 def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, session: str, holdout: float,
-                now: datetime, deadline: float, notes: Notes = None) -> str:
+                now: datetime, deadline: float, notes: Notes = None, *, model: ModelQuery | None = None) -> str:
+    """The context to give for ``event`` (and what is given logged); ``model``: the configured embedding
+    model (``hook_model.py``), None for the hashed space only."""
     db = store.db
     stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     with store.read():
@@ -467,7 +545,7 @@ def lessons_for(store: Store, home: Path, payload: dict[str, Any], event: str, s
         if notes is not None:
             notes.append(f"{event}: {len(pool)} unarchived lesson row(s)"
                          + (f" of kind {KIND[event]}" if KIND[event] else "") + " to choose from")
-        groups = rank(event, pool, payload, notes)
+        groups = rank(event, pool, payload, notes, model=model, deadline=deadline)
         given = q.already_given(db, session)
         fresh_groups = [g for g in groups if g[0].hash not in given]
         if notes is not None and len(fresh_groups) < len(groups):
@@ -637,9 +715,12 @@ def respond(raw: bytes, home: Path, *, holdout: float, deadline: float, close: b
         return ""
     if event not in TOP:
         raise Skip(f"event {event} is not answered (only {', '.join(TOP)} and {', '.join(FAILURE_EVENTS)})")
+    # Only the words of a prompt or a hand-back are matched by meaning (rank): only they need the model.
+    found = hook_model.configured(home) if event in ("UserPromptSubmit", "Stop") else None
+    model = ModelQuery(*found, latch=home / hook_model.LATCH_FILE, now=now) if found else None
     store = Store(home / STORE_FILE, busy_timeout_s=BUSY_TIMEOUT_S)
     try:
-        context = lessons_for(store, home, payload, event, session, holdout, now, deadline, notes)
+        context = lessons_for(store, home, payload, event, session, holdout, now, deadline, notes, model=model)
     finally:
         if close:
             store.close()

@@ -12,7 +12,13 @@ starts and ends) and each edit splices text at one place:
 - a removed member or item takes its separating comma and the space before it (after it, for the
   first one), so that removing what was added gives back the text as it was, byte for byte.
 
-The text must be valid JSON (``json.loads`` it first): this reads structure, it does not validate.
+Comments (``//`` to the end of the line, ``/* ... */``) are read as white space, for the agents whose
+files allow them (Gemini CLI strips them before parsing its ``settings.json``): ``loads`` reads such a file,
+and the edits keep every comment where it is: a comment after the last member stays on its line (the new
+member goes on the next one), and removing a member keeps the comments around it.
+
+The text must be valid JSON, comments aside (``json.loads`` or ``loads`` it first): this reads structure,
+it does not validate.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 _SPACE: Final = re.compile(r"[ \t\n\r]*")
+_GAP: Final = re.compile(r"(?:[ \t\n\r]+|//[^\r\n]*|/\*.*?\*/)*", re.DOTALL)  # white space and comments
+_COMMENT: Final = re.compile(r"//[^\r\n]*|/\*.*?\*/", re.DOTALL)
+_STRING_OR_COMMENT: Final = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\r\n]*|/\*.*?\*/', re.DOTALL)
+_LINE_COMMENTS: Final = re.compile(r"(?:[ \t]*(?://[^\r\n]*|/\*(?:(?!\*/)[^\n])*\*/))+")  # on the rest of a line
 _STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
 DEFAULT_UNIT: Final = "  "
@@ -52,6 +62,24 @@ class Node:
         return next((i for i in range(len(self.members) - 1, -1, -1) if self.members[i][0] == key), None)
 
 
+def without_comments(text: str) -> str:
+    """``text`` with each comment outside strings blanked out (its line breaks kept, so that an error's
+    line and column still point into the file)."""
+    def blank(match: re.Match[str]) -> str:
+        found = match.group()
+        return found if found.startswith('"') else re.sub(r"[^\n]", " ", found)
+    return _STRING_OR_COMMENT.sub(blank, text)
+
+
+def has_comments(text: str) -> bool:
+    return without_comments(text) != text
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` of a text that may hold comments."""
+    return json.loads(without_comments(text))
+
+
 def parse(text: str) -> Node:
     """The spans of the JSON value ``text`` holds (leading and trailing white space allowed)."""
     node, end = _value(text, _skip(text, 0))
@@ -61,7 +89,7 @@ def parse(text: str) -> Node:
 
 
 def _skip(text: str, pos: int) -> int:
-    match = _SPACE.match(text, pos)
+    match = _GAP.match(text, pos)
     return match.end() if match else pos
 
 
@@ -151,7 +179,8 @@ def _colon(text: str, root: Node) -> str:
         for _, key_start, value in node.members:
             key = _STRING.match(text, key_start)
             assert key is not None
-            return text[key.end():value.start]
+            if "/" not in text[key.end():value.start]:  # (a comment there says nothing of the file's style)
+                return text[key.end():value.start]
         stack += [value for _, _, value in node.members] + node.items
     return ": "
 
@@ -163,14 +192,21 @@ def _gap(text: str, node: Node) -> str:
     if len(children) < 2:
         return " "
     between = text[children[0][1]:children[1][0]]
-    return between[between.index(",") + 1:]
+    gap = between[between.index(",") + 1:]
+    return gap if not gap.strip() else " "
 
 
-def _render(value: Any, indent: str | None, unit: str, colon: str, gap: str) -> str:
+def _newline(text: str) -> str:
+    """The file's line break: CRLF when its first line ends so."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
+def _render(value: Any, indent: str | None, unit: str, colon: str, gap: str, newline: str = "\n") -> str:
     """``value`` as the file writes it: nested one per line from ``indent`` on, or inline."""
     if indent is None:
         return json.dumps(value, ensure_ascii=False, separators=("," + gap, colon))
-    return json.dumps(value, ensure_ascii=False, indent=unit, separators=(",", colon)).replace("\n", "\n" + indent)
+    return json.dumps(value, ensure_ascii=False, indent=unit, separators=(",", colon)).replace("\n", newline + indent)
 
 
 def _child(text: str, root: Node, container: Node, key: str | None, value: Any) -> tuple[str, str | None]:
@@ -181,7 +217,7 @@ def _child(text: str, root: Node, container: Node, key: str | None, value: Any) 
         indent = _line_indent(text, container.children()[0][0]) if _multiline(text, container) else None
     else:
         indent = _line_indent(text, container.start) + unit if "\n" in text[root.start:root.end] else None
-    rendered = _render(value, indent, unit, colon, _gap(text, container))
+    rendered = _render(value, indent, unit, colon, _gap(text, container), _newline(text))
     if key is not None:
         rendered = json.dumps(key, ensure_ascii=False) + colon + rendered
     return rendered, indent
@@ -195,13 +231,24 @@ def add(text: str, container: Node, value: Any, key: str | None = None, *, root:
     root = root or parse(text)
     rendered, indent = _child(text, root, container, key, value)
     children = container.children()
+    nl = _newline(text)
     if children:
         end = children[-1][1]
-        return text[:end] + "," + ("\n" + indent if indent is not None else _gap(text, container)) + rendered \
+        trailing = _LINE_COMMENTS.match(text, end) if indent is not None else None
+        if indent is not None and trailing is not None and text[trailing.end():trailing.end() + 1] in ("\n", "\r"):
+            # A comment ends the last one's line: the comma goes before it, the new one on the next line.
+            eol = trailing.end()
+            return text[:end] + "," + text[end:eol] + nl + indent + rendered + text[eol:]
+        return text[:end] + "," + (nl + indent if indent is not None else _gap(text, container)) + rendered \
             + text[end:]
-    inside = ("\n" + indent + rendered + "\n" + _line_indent(text, container.start)) if indent is not None \
+    close = container.end - 1
+    if _COMMENT.search(text, container.start + 1, close):
+        # An empty container that holds comments: they stay, the new one goes after them.
+        before = text[:close].rstrip(" \t\r\n")
+        return before + (nl + indent if indent is not None else " ") + rendered + text[len(before):]
+    inside = (nl + indent + rendered + nl + _line_indent(text, container.start)) if indent is not None \
         else rendered
-    return text[:container.start + 1] + inside + text[container.end - 1:]
+    return text[:container.start + 1] + inside + text[close:]
 
 
 def replace(text: str, container: Node, key: str, value: Any, *, root: Node | None = None) -> str:
@@ -213,21 +260,39 @@ def replace(text: str, container: Node, key: str, value: Any, *, root: Node | No
         raise KeyError(key)
     _, key_start, node = container.members[index]
     indent = _line_indent(text, key_start) if _multiline(text, container) else None
-    rendered = _render(value, indent, _unit(text, root), _colon(text, root), _gap(text, container))
+    rendered = _render(value, indent, _unit(text, root), _colon(text, root), _gap(text, container), _newline(text))
     return text[:node.start] + rendered + text[node.end:]
 
 
 def remove(text: str, container: Node, index: int) -> str:
-    """``text`` without the member or item ``index`` of ``container``, and its separator."""
+    """``text`` without the member or item ``index`` of ``container``, and its separator (the comments
+    around it stay)."""
     children = container.children()
     start, end = children[index]
     if index > 0:
-        start = children[index - 1][1]  # from the end of the one before: its comma and the space
-    elif len(children) > 1:
-        end = children[1][0]  # to the start of the next one
-    else:
-        start, end = container.start + 1, container.end - 1  # the only one: an empty container
-    return text[:start] + text[end:]
+        before = children[index - 1][1]  # from the end of the one before: its comma and the space
+        kept = _comments_of(text[before:start])
+        last = list(_COMMENT.finditer(kept))[-1:]
+        return text[:before] + (kept[:last[0].end()] if last else "") + text[end:]
+    if len(children) > 1:
+        after = children[1][0]  # to the start of the next one
+        kept = _comments_of(text[end:after])
+        first = _COMMENT.search(kept)
+        return text[:start] + (kept[first.start():] if first else "") + text[after:]
+    outside = text[container.start + 1:start] + text[end:container.end - 1]
+    if _COMMENT.search(outside):  # the only one, beside comments: they stay
+        before = len(text[:start].rstrip(" \t\r\n"))
+        return text[:before] + text[end:]
+    return text[:container.start + 1] + text[container.end - 1:]  # the only one: an empty container
+
+
+def _comments_of(separator: str) -> str:
+    """A separator between two members or items without its comma: its comments and the space around
+    them, or "" when it holds no comment."""
+    comma = _GAP.match(separator)
+    at = comma.end() if comma else 0
+    rest = separator[:at] + separator[at + 1:]
+    return rest if _COMMENT.search(rest) else ""
 
 
 def set_member(text: str, container: Node, key: str, value: Any) -> str:

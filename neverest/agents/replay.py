@@ -8,7 +8,7 @@ and the session's events are read by the same detector ``neverestctl ingest`` us
 - a **repeat** is an error or correction whose gist joins a lesson this memory had learned before
   the session began (the consolidation's own test: for an error the same mistake,
   ``phrasing.error_signature``, and for both cosine with the lesson's centroid at or above the join
-  threshold, in the hashed space); an error sent again with what worked is not a second repeat;
+  threshold, in the memory's space, below); an error sent again with what worked is not a second repeat;
 - it is **caught** when that lesson was given earlier in the session (before the repeat), else
   **missed**;
 - an **injection** is a lesson given at some moment; it is **unused** when nothing later in the
@@ -22,14 +22,25 @@ when nothing later in the session does.
 Only what the hook would see is used: the person's prompts, the tool calls (name and command) and
 the session's working directory.  Sessions without timestamps are skipped and counted.  Replay cannot
 credit prevention: the replayed agent acts as it did, so a lesson that would have kept a mistake from
-recurring counts as unused.  The memory's lessons are matched in the hashed space only (a configured
-embedding model is not asked).
+recurring counts as unused.
+
+**Spaces.**  The throwaway memory runs in the hashed space unless ``config`` names an embedding model
+(``embed_url`` and ``embed_model``: ``neverestctl replay --embed-url URL --embed-model NAME``; the home's
+own configuration is not used, so the figures do not depend on whose machine runs it).  With a model, every
+vector comparison is made in the model's space, the one the memory runs in: the nights embed the episodes
+and lessons there and consolidate with its join threshold; the repeat test, the baseline's similar
+episodes (at recall's floor in that space) and the hook's matching of prompts (through the hook's own model
+client, ``hook_model.py``, with a long time limit, so that a busy machine does not change the figures) use
+it too.  A model that does not answer at the start leaves the whole replay in the hashed space, and the
+report says which space it ran in; one that stops answering midway ends the replay with an error (its
+figures would mix two spaces).
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,22 +50,31 @@ import numpy as np
 
 from neverest.agents import hook
 from neverest.agents.detect import Detector
+from neverest.agents.hook_model import ModelQuery
 from neverest.agents.ingest import session_files
 from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT, Turn, merge, parse_line, read_complete_lines
 from neverest.clock import FixedClock, parse_time
 from neverest.config import Config
-from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, from_blob, join_threshold
+from neverest.memory.embed import HASHED_SPACE, Embedder, HashedEmbedder, ModelEmbedder, from_blob, join_threshold
 from neverest.memory.events import EventError, parse_event
+from neverest.memory.model import Endpoint
 from neverest.memory.phrasing import error_signature
+from neverest.memory.queries import embeddings as embedding_queries
 from neverest.memory.queries import episodes as episode_queries
 from neverest.memory.queries import injections as q
 from neverest.memory.queries import lessons as lesson_queries
+from neverest.memory.recall import catch_up, relevance_floor
 from neverest.memory.service import Memory
 
 BASELINE_TOP: Final = 3
 REPEAT_KINDS: Final = ("error", "correction")
 _MAX_LINES: Final = 1_000_000
 _FAR: Final = 1e12  # no deadline: the replay is not the agent's hook call
+# A replay sends the model every text of the corpus: a small model on a CPU takes seconds for a batch of
+# long ones (all-MiniLM-L6-v2 in numpy: about 0.4 s a text of 256 word pieces here), so batches are small and
+# the waits long.  The hook's model client is given as long (the hook itself: hook_model.TIMEOUT_S).
+_MODEL_BATCH: Final = 16
+_MODEL_TIMEOUT_S: Final = 120.0
 
 
 @dataclass
@@ -94,6 +114,10 @@ class Tally:
 
 @dataclass
 class ReplayReport:
+    space: str = HASHED_SPACE  # the space the memory ran in
+    # The spaces the throwaway memory's vectors were in at the end: {"episodes": {space: rows}, "lessons": ...}.
+    stored: dict[str, dict[str, int]] = field(default_factory=dict)
+    learned: list[str] = field(default_factory=list)  # "kind: text" of every lesson learned, strongest first
     files: int = 0
     sessions: int = 0
     skipped: int = 0  # files with no timestamp or no turn
@@ -107,9 +131,10 @@ class ReplayReport:
     details: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": self.files, "sessions": self.sessions, "skipped": self.skipped, "days": self.days,
-                "lessons": self.lessons, "repeats": self.repeats, **self.memory.to_json(),
-                "baseline": self.baseline.to_json(), "examples": self.examples}
+        return {"space": self.space, "stored": self.stored, "files": self.files, "sessions": self.sessions,
+                "skipped": self.skipped, "days": self.days, "lessons": self.lessons, "repeats": self.repeats,
+                **self.memory.to_json(), "baseline": self.baseline.to_json(), "examples": self.examples,
+                "learned": self.learned}
 
     def explained(self) -> str:
         """Each repeat (caught or missed) and each injection (used or unused), a line each."""
@@ -212,28 +237,31 @@ class _Lesson:
     signature: str  # for an error lesson, the mistake it is about (phrasing.error_signature)
 
 
-def _own_lessons(memory: Memory) -> list[_Lesson]:
+def _own_lessons(memory: Memory, space: str) -> list[_Lesson]:
     signatures = {key: error_signature(title, happened)
                   for key, title, happened in episode_queries.error_fields(memory.store.db) if isinstance(key, int)}
     return [_Lesson(digest, kind, text, from_blob(blob), signatures.get(lesson_id, ""))
-            for lesson_id, digest, kind, text, blob in lesson_queries.own_hashed_centroids(memory.store.db,
-                                                                                           HASHED_SPACE)]
+            for lesson_id, digest, kind, text, blob in lesson_queries.own_hashed_centroids(memory.store.db, space)]
 
 
-def _vector(event: dict[str, Any], now: datetime, embedder: HashedEmbedder) -> tuple[str, np.ndarray] | None:
-    """The event's kind and its gist's vector, as the store would hold them."""
+def _gist_of(event: dict[str, Any], now: datetime) -> tuple[str, str] | None:
+    """The event's kind and gist, as the store would hold them."""
     try:
         parsed = parse_event(event, now=now + timedelta(days=1))
     except EventError:
         return None
-    return parsed.kind, embedder.embed([parsed.gist])[0]
+    return parsed.kind, parsed.gist
 
 
 class Replay:
-    def __init__(self, memory: Memory, home: Path, clock: FixedClock, report: ReplayReport) -> None:
+    def __init__(self, memory: Memory, home: Path, clock: FixedClock, report: ReplayReport, space: str,
+                 model: ModelQuery | None = None) -> None:
+        """``space``: the one the memory runs in (its embedder's); ``model``: the hook's model client for it."""
         self.memory, self.home, self.clock, self.report = memory, home, clock, report
-        self.threshold = join_threshold(HASHED_SPACE)
-        self.embedder = HashedEmbedder()
+        self.space, self.model = space, model
+        self.threshold = join_threshold(space)
+        self.floor = relevance_floor(space)
+        self.embedder: Embedder = memory.embedder
         # The lessons only change at night: read once after each (``slept``), not once a session.
         self._lessons: list[_Lesson] | None = None
 
@@ -241,18 +269,37 @@ class Replay:
         self._lessons = None
 
     def _episodes(self) -> tuple[list[str], list[str], np.ndarray]:
-        rows = episode_queries.vectors(self.memory.store.db, HASHED_SPACE)
+        if self.space != HASHED_SPACE:
+            # The day's episodes were stored with hashed vectors: into the model's space, as recall does.
+            catch_up(self.memory.store, self.embedder)
+        rows = episode_queries.vectors(self.memory.store.db, self.space)
         if not rows:
-            return [], [], np.zeros((0, 256), dtype=np.float32)
+            return [], [], np.zeros((0, 1), dtype=np.float32)
         return ([str(r[0]) for r in rows], [str(r[1]) for r in rows],
                 np.stack([from_blob(r[2]) for r in rows]))
 
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """The texts' vectors in the replay's space (a model that fails mid-replay is an error: the
+        figures would mix two spaces)."""
+        if not texts:
+            return np.zeros((0, 1), dtype=np.float32)
+        space, vectors = self.embedder.embed_with_space(texts)
+        if space != self.space:
+            raise RuntimeError(f"the embedding model stopped answering during the replay: {self.embedder.last_error}")
+        return vectors
+
     def session(self, s: Session) -> None:
         if self._lessons is None:
-            self._lessons = _own_lessons(self.memory)
+            self._lessons = _own_lessons(self.memory, self.space)
         lessons = self._lessons
         by_kind = {kind: [lesson for lesson in lessons if lesson.kind == kind] for kind in REPEAT_KINDS}
         ids, kinds, matrix = self._episodes()
+        # Every text of the session the replay compares, embedded at once (one request a batch with a model).
+        found_gists = {m.seq: _gist_of(m.found, m.at) for m in s.moments if m.found is not None}
+        queries = {m.seq: _query(m.event, m.payload | {"hook_event_name": m.event}) for m in s.moments
+                   if m.found is None}
+        compared = [g[1] for g in found_gists.values() if g is not None] + [t for t in queries.values() if t]
+        embedded = dict(zip(compared, self._embed(compared), strict=True))
         given: list[tuple[int, str]] = []  # (seq, lesson hash)
         base_given: list[tuple[int, int]] = []  # (seq, episode row index)
         base_seen: set[int] = set()
@@ -266,10 +313,10 @@ class Replay:
                 events.append(moment.found)
                 if "worked" in moment.found:
                     continue  # the same error sent again with what worked: not a second repeat
-                found = _vector(moment.found, moment.at, self.embedder)
-                if found is None or found[0] not in REPEAT_KINDS:
+                gist = found_gists[moment.seq]
+                if gist is None or gist[0] not in REPEAT_KINDS:
                     continue
-                kind, vector = found
+                kind, vector = gist[0], embedded[gist[1]]
                 # The consolidation's own test: the same mistake (for an error), and close in meaning.
                 signature = error_signature(str(moment.found.get("title", "")), str(moment.found.get("happened", ""))) \
                     if kind == "error" else ""
@@ -285,15 +332,14 @@ class Replay:
             payload = moment.payload | {"hook_event_name": moment.event, "session_id": s.session, "cwd": s.cwd}
             before = q.already_given(self.memory.store.db, s.session)
             hook.lessons_for(self.memory.store, self.home, payload, moment.event, s.session, 0.0,
-                             moment.at, _FAR)
+                             moment.at, _FAR, model=self.model)
             for digest in sorted(q.already_given(self.memory.store.db, s.session) - before):
                 given.append((moment.seq, digest))
                 moments[moment.seq] = f"{moment.event}: {_query(moment.event, payload)[:120]}"
-            query = _query(moment.event, payload)
+            query = queries[moment.seq]
             if query and len(ids):
-                vector = self.embedder.embed([query])[0]
-                scores = matrix @ vector
-                order = [int(i) for i in np.argsort(-scores) if scores[int(i)] >= hook.MIN_COSINE
+                scores = matrix @ embedded[query]
+                order = [int(i) for i in np.argsort(-scores) if scores[int(i)] >= self.floor
                          and int(i) not in base_seen][:BASELINE_TOP]
                 for i in order:
                     base_seen.add(i)
@@ -358,17 +404,26 @@ def _nights(start: datetime, end: datetime) -> Iterator[datetime]:
         night += timedelta(days=1)
 
 
-def replay(claude: Path | None, codex: Path | None, *, config: Config | None = None) -> ReplayReport:
+def replay(claude: Path | None, codex: Path | None, *, config: Config | None = None,
+           hook_model: bool = True) -> ReplayReport:
+    """``hook_model=False``: the hook matches prompts in the hashed space even when the memory runs in a model's
+    (what the hook did before it could ask the model), for measuring what the model's space gives it."""
     sessions, files, skipped = sessions_in(claude, codex)
     report = ReplayReport(files=files, sessions=len(sessions), skipped=skipped)
     if not sessions:
         return report
+    config = config or Config()
     with tempfile.TemporaryDirectory(prefix="neverest-replay-") as tmp:
         home = Path(tmp)
         home.chmod(0o700)
         clock = FixedClock(sessions[0].start)
-        with Memory.open(home, config or Config(), clock) as memory:
-            run = Replay(memory, home, clock, report)
+        embedder = _embedder(config)
+        with embedder_closed(embedder), Memory.open(home, config, clock, embedder=embedder) as memory:
+            # One request decides the space of the whole run (embed.py: a model that fails is latched out).
+            report.space = memory.embedder.probe()
+            model = ModelQuery(config.embed_url, config.embed_model, timeout_s=_MODEL_TIMEOUT_S) \
+                if report.space != HASHED_SPACE and hook_model else None
+            run = Replay(memory, home, clock, report, report.space, model)
             last = sessions[0].start
             for s in sessions:
                 for night in _nights(last, s.start):
@@ -380,7 +435,27 @@ def replay(claude: Path | None, codex: Path | None, *, config: Config | None = N
                 last = max(last, s.moments[-1].at)
             # Every lesson learned on the way, the ones that decayed since included.
             report.lessons = lesson_queries.own_count(memory.store.db)
+            report.stored = {table: embedding_queries.spaces(memory.store.db, table)
+                             for table in ("episodes", "lessons")}
+            report.learned = [f"{r.kind}: {r.text}" for r in lesson_queries.rows(memory.store.db, include_archived=True)
+                              if r.origin == ""]
     return report
+
+
+def _embedder(config: Config) -> Embedder:
+    if not (config.embed_url and config.embed_model):
+        return HashedEmbedder()
+    endpoint = Endpoint(config.embed_url, config.embed_model, read_timeout_s=_MODEL_TIMEOUT_S,
+                        total_timeout_s=_MODEL_TIMEOUT_S)
+    return ModelEmbedder(endpoint, batch_size=_MODEL_BATCH)
+
+
+@contextmanager
+def embedder_closed(embedder: Embedder) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        embedder.close()
 
 
 def table(report: ReplayReport) -> str:
@@ -390,8 +465,9 @@ def table(report: ReplayReport) -> str:
             ("injections", str(report.memory.injections), str(report.baseline.injections)),
             ("unused", str(report.memory.unused), str(report.baseline.unused))]
     width = max(len(r[0]) for r in rows)
-    lines = [f"{report.sessions} sessions ({report.skipped} skipped) over {report.days} nights; "
-             f"{report.lessons} lessons learned; {report.repeats} repeats of a mistake a lesson was about"]
+    lines = [f"{report.sessions} sessions ({report.skipped} skipped) over {report.days} nights in the "
+             f"{report.space} space; {report.lessons} lessons learned; {report.repeats} repeats of a mistake a "
+             "lesson was about"]
     lines += [f"{name:<{width}}  {a:>8}  {b:>8}" for name, a, b in rows]
     return "\n".join(lines)
 

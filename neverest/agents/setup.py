@@ -8,11 +8,14 @@
   ``claude mcp add --scope user`` writes them);
 - Codex CLI: the MCP server as the table ``[mcp_servers.neverest]`` of ``$CODEX_HOME/config.toml``,
   edited as text (only that table), so the person's comments and formatting stay;
+- Claude Desktop, Cursor, Windsurf, Gemini CLI (``mcp_clients``): the MCP server in each one's own JSON file,
+  under its own key, where the agent is installed (its folder exists); each is said wired or skipped, and why;
 - the daemon: a systemd user unit for ``neverestd``, written where systemd runs, else printed;
 - consent: the memory's own ``config.toml`` gets ``agents = [...]``, the agents wired here.  Neverest
   reads an agent's session files and writes its memory file only for the agents listed there, so
   nothing of an agent's is touched before setup (``neverestctl ingest --claude DIR`` by hand still
-  reads what it is given), and ``--undo`` takes the consent back with the rest.
+  reads what it is given), and ``--undo`` takes the consent back with the rest.  The agents reached by MCP
+  only are not listed there (Neverest reads nothing of theirs): the manifest below records them.
 
 Every file is merged into, never rewritten from scratch: a key that was there stays, and a JSON
 file is edited as text (``jsontext``), so only what Neverest adds changes: the person's
@@ -42,6 +45,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from neverest.agents import jsontext
+from neverest.agents.mcp_clients import McpClient
+from neverest.agents.mcp_clients import detect as detect_mcp_clients
 from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.files import atomic_write
 from neverest.paths import CONFIG_FILE
@@ -77,9 +82,11 @@ class Environment:
     claude: bool
     codex: bool
     systemd: bool
+    mcp_clients: tuple[McpClient, ...] = ()  # the agents reached by MCP only, installed or not
 
     @classmethod
-    def detect(cls, neverest_home: Path, *, pinned: bool, environ: Mapping[str, str] | None = None) -> Environment:
+    def detect(cls, neverest_home: Path, *, pinned: bool, environ: Mapping[str, str] | None = None,
+               platform: str | None = None) -> Environment:
         env = os.environ if environ is None else environ
         home = Path(env.get("HOME") or Path.home())
         moved = Path(env["CLAUDE_CONFIG_DIR"]).expanduser() if env.get("CLAUDE_CONFIG_DIR") else None
@@ -99,6 +106,7 @@ class Environment:
             or shutil.which("claude", path=path) is not None,
             codex=bool(env.get("CODEX_HOME")) or codex_home.is_dir() or shutil.which("codex", path=path) is not None,
             systemd=Path("/run/systemd/system").is_dir() and shutil.which("systemctl", path=path) is not None,
+            mcp_clients=detect_mcp_clients(home, config_home, env, platform),
         )
 
 
@@ -117,11 +125,12 @@ def _program(script: str, module: str, path: str) -> tuple[str, ...]:
 # -- Claude Code's JSON files -------------------------------------------------------------------
 
 
-def _json_object(content: bytes | None, path: Path) -> dict[str, Any]:
+def _json_object(content: bytes | None, path: Path, *, comments: bool = False) -> dict[str, Any]:
+    """The file's top object; ``comments``: the agent's reader allows ``//`` and ``/* */`` comments."""
     if content is None or not content.strip():
         return {}
     try:
-        data = json.loads(content)
+        data = jsontext.loads(content.decode("utf-8-sig")) if comments else json.loads(content)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SetupError(f"{path} is not valid JSON ({exc}); fix or move it, then run setup again") from None
     if not isinstance(data, dict):
@@ -209,18 +218,23 @@ def _our_hooks_taken_out(text: str, *, keep: tuple[str, ...], drop_empty_hooks: 
             text = jsontext.remove(text, root, index)
 
 
-def _edited(content: bytes, expected: dict[str, Any], edit: Callable[[str], str]) -> bytes:
+def _edited(content: bytes, expected: dict[str, Any], edit: Callable[[str], str], *, path: Path | None = None,
+            comments: bool = False) -> bytes:
     """``content`` changed by ``edit`` (``jsontext``: only what Neverest adds or takes out changes, the
-    person's indentation, key order, escapes and numbers stay); checked to hold ``expected``.  A file
-    the text edit cannot follow (a key given twice, UTF-16) is written anew from ``expected``."""
+    person's indentation, key order, escapes, numbers and comments stay); checked to hold ``expected``.  A
+    file the text edit cannot follow (a key given twice, UTF-16) is written anew from ``expected``; or, with
+    ``path`` (the agents reached by MCP only: their files are the person's, and may hold comments), refused."""
     try:
         text = content.decode("utf-8")
         bom = "\ufeff" if text.startswith("\ufeff") else ""
         new = bom + edit(text[len(bom):])
-        if json.loads(new[len(bom):]) == expected:
+        if (jsontext.loads if comments else json.loads)(new[len(bom):]) == expected:
             return new.encode("utf-8")
     except (ValueError, KeyError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         pass
+    if path is not None:
+        raise SetupError(f"{path} cannot be edited without changing more than Neverest's entry (a key given "
+                         "twice, or an encoding other than UTF-8?); add the server by hand, then run setup again")
     return _dump_json(expected)
 
 
@@ -274,40 +288,55 @@ def hooks_removed(content: bytes | None, path: Path) -> bytes | None:
     return _edited(content, expected, lambda text: _our_hooks_taken_out(text, keep=(), drop_empty_hooks=True))
 
 
-def server_added(content: bytes | None, path: Path, server: dict[str, Any]) -> bytes | None:
-    data = _json_object(content, path)
-    servers = data.get("mcpServers", {})
+def server_added(content: bytes | None, path: Path, server: dict[str, Any], *, key: str = "mcpServers",
+                 client: bool = False) -> bytes | None:
+    """The file with Neverest's server among the servers under ``key``.  ``client``: the file of an agent
+    reached by MCP only (comments allowed, nothing rewritten that the text edit cannot follow)."""
+    data = _json_object(content, path, comments=client)
+    servers = data.get(key, {})
     if not isinstance(servers, dict):
-        raise SetupError(f"{path}: \"mcpServers\" is not an object; setup will not touch it")
+        raise SetupError(f"{path}: \"{key}\" is not an object; setup will not touch it")
     if servers.get(SERVER) == server:
         return content
-    expected = data | {"mcpServers": servers | {SERVER: server}}
+    expected = data | {key: servers | {SERVER: server}}
     if content is None or not content.strip():
         return _dump_json(expected)
 
     def edit(text: str) -> str:
         root = jsontext.parse(text)
-        node = root.member("mcpServers")
+        node = root.member(key)
         if node is None:
-            return jsontext.add(text, root, {SERVER: server}, "mcpServers", root=root)
+            return jsontext.add(text, root, {SERVER: server}, key, root=root)
+        if node.kind != "object":
+            raise KeyError(key)
         return jsontext.set_member(text, node, SERVER, server)
-    return _edited(content, expected, edit)
+    return _edited(content, expected, edit, path=path if client else None, comments=client)
 
 
-def server_removed(content: bytes | None, path: Path) -> bytes | None:
-    data = _json_object(content, path)
-    servers = data.get("mcpServers")
+def server_removed(content: bytes | None, path: Path, *, key: str = "mcpServers", client: bool = False,
+                   drop_empty: bool = False) -> bytes | None:
+    """The file without Neverest's server; ``drop_empty``: and without ``key`` when that leaves it empty
+    (setup added it)."""
+    data = _json_object(content, path, comments=client)
+    servers = data.get(key)
     if content is None or not isinstance(servers, dict) or SERVER not in servers:
         return content
-    expected = data | {"mcpServers": {k: v for k, v in servers.items() if k != SERVER}}
+    left = {k: v for k, v in servers.items() if k != SERVER}
+    drop = drop_empty and not left
+    expected = {k: v for k, v in data.items() if k != key} if drop else data | {key: left}
 
     def edit(text: str) -> str:
-        node = jsontext.parse(text).member("mcpServers")
+        root = jsontext.parse(text)
+        node = root.member(key)
         index = node.index(SERVER) if node is not None else None
         if node is None or index is None:
             raise KeyError(SERVER)
+        if drop:
+            at = root.index(key)
+            assert at is not None
+            return jsontext.remove(text, root, at)
         return jsontext.remove(text, node, index)
-    return _edited(content, expected, edit)
+    return _edited(content, expected, edit, path=path if client else None, comments=client)
 
 
 # -- Codex's TOML, edited as text ----------------------------------------------------------------
@@ -458,9 +487,11 @@ def unit_text(daemon: tuple[str, ...]) -> bytes:
 @dataclass
 class Change:
     path: Path
-    kind: str  # which remover undoes it: claude-settings, claude-config, codex-config, neverest-config, unit
+    # Which remover undoes it: claude-settings, claude-config, codex-config, mcp-servers, neverest-config, unit.
+    kind: str
     what: str
     content: bytes
+    record: dict[str, Any] = field(default_factory=dict)  # kept in the manifest with the file (its agent, ...)
 
 
 @dataclass
@@ -468,6 +499,9 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The agents reached by MCP only, each {"agent", "label", "file", "status", "why"}; status: "wired" (this
+    # run adds the server), "already wired" or "skipped".
+    clients: list[dict[str, str]] = field(default_factory=list)
 
 
 def _target(path: Path) -> Path:
@@ -486,14 +520,16 @@ def plan(env: Environment) -> Plan:
     """What setup would change; raises SetupError before anything is written."""
     out = Plan()
 
-    def consider(path: Path, kind: str, what: str, change: Callable[[bytes | None, Path], bytes | None]) -> None:
+    def consider(path: Path, kind: str, what: str, change: Callable[[bytes | None, Path], bytes | None],
+                 record: dict[str, Any] | None = None) -> bool:
         path = _target(path)
         old = _read(path)
         new = change(old, path)
         if new is None or new == old:
             out.unchanged.append(f"{path}: {what}")
-        else:
-            out.changes.append(Change(path, kind, what, new))
+            return False
+        out.changes.append(Change(path, kind, what, new, record or {}))
+        return True
 
     if env.claude:
         command = shlex.join(env.hook)
@@ -511,6 +547,12 @@ def plan(env: Environment) -> Plan:
                  lambda c, p: codex_added(c, p, env.ctl[0], [*env.ctl[1:], "mcp"]))
     else:
         out.notes.append("Codex CLI: not found (no $CODEX_HOME, ~/.codex or `codex` on the PATH)")
+    for client in env.mcp_clients:
+        _consider_client(out, consider, client, env.ctl)
+    reached = [c["label"] for c in out.clients if c["status"] != "skipped"]
+    if reached:
+        out.notes.append(f"{', '.join(reached)}: MCP server only; they call Neverest's tools, Neverest reads none of "
+                         "their files (they are not in agents). Restart them (or refresh their MCP list) to start it.")
     agents = [name for name, found in ((CLAUDE_AGENT, env.claude), (CODEX_AGENT, env.codex)) if found]
     if agents:
         consider(env.config, "neverest-config", f"agents = {json.dumps(agents)}: Neverest may read these agents' "
@@ -525,6 +567,28 @@ def plan(env: Environment) -> Plan:
         out.notes.append(f"systemd is not running here: start `{shlex.join(env.daemon)}` your own way; "
                          f"with systemd, this unit goes in {unit_path}:\n{unit.decode()}")
     return out
+
+
+def _consider_client(out: Plan, consider: Callable[..., bool], client: McpClient, ctl: tuple[str, ...]) -> None:
+    """Neverest's server for an agent reached by MCP only, where it is installed; what was done said in
+    ``out.clients``."""
+    report = {"agent": client.name, "label": client.label, "file": os.fspath(client.file)}
+    if not client.installed():
+        out.clients.append(report | {"status": "skipped", "why": f"not installed (no {client.folder})"})
+        return
+    server = client.entry(ctl[0], [*ctl[1:], "mcp"])
+    path = _target(client.file)
+    old = _read(path)
+    data = _json_object(old, path, comments=True)  # (a file that is not JSON stops here, naming itself)
+    changed = consider(client.file, "mcp-servers", f"MCP server {SERVER!r} for {client.label} runs "
+                       f"`{shlex.join([*ctl, 'mcp'])}`",
+                       lambda c, p: server_added(c, p, server, key=client.key, client=True),
+                       {"agent": client.name, "key": client.key, "added_key": client.key not in data})
+    out.clients.append(report | {"status": "wired" if changed else "already wired",
+                                 "why": f"its MCP servers are in {client.file} ({client.source})"})
+    hint = client.hint(data)
+    if hint:
+        out.notes.append(hint)
 
 
 def consent_note(agents: list[str]) -> str:
@@ -565,7 +629,7 @@ def apply(env: Environment, todo: Plan) -> None:
         old = _read(change.path)
         entry = manifest["files"].get(key)
         if entry is None:
-            entry = {"kind": change.kind, "existed": old is not None, "backup": None, "mode": 0o600}
+            entry = {"kind": change.kind, "existed": old is not None, "backup": None, "mode": 0o600} | change.record
             if old is not None:
                 entry["mode"] = stat.S_IMODE(change.path.stat().st_mode)
                 entry["backup"] = f"{len(manifest['files'])}-{change.path.name}"
@@ -587,13 +651,24 @@ _REMOVERS: Final[dict[str, Callable[[bytes | None, Path], bytes | None]]] = {
 }
 
 
+def _remover(entry: Mapping[str, Any]) -> Callable[[bytes | None, Path], bytes | None] | None:
+    """What takes Neverest's entries out of a file changed since setup, as the manifest describes it."""
+    if entry["kind"] == "mcp-servers":
+        key, drop = str(entry.get("key", "mcpServers")), bool(entry.get("added_key"))
+        return lambda c, p: server_removed(c, p, key=key, client=True, drop_empty=drop)
+    return _REMOVERS.get(entry["kind"])
+
+
 def undo(env: Environment, *, dry_run: bool = False) -> list[dict[str, str]]:
-    """Each file setup changed put back; what was done to each."""
+    """Each file setup changed put back; what was done to each.  A file that can no longer be read (the
+    person broke it since) is left as it is, and its original stays in the backups with the manifest."""
     manifest = _load_manifest(env.backups)
     done: list[dict[str, str]] = []
+    kept: dict[str, Any] = {}
     for key, entry in manifest["files"].items():
         path = Path(key)
         current = _read(path)
+        remover = _remover(entry)
         if current is not None and _sha(current) == entry.get("written"):
             if entry["existed"]:
                 original = (env.backups / entry["backup"]).read_bytes()
@@ -606,19 +681,30 @@ def undo(env: Environment, *, dry_run: bool = False) -> list[dict[str, str]]:
                     path.unlink()
         elif current is None:
             action = "already gone"
-        elif entry["kind"] in _REMOVERS:
-            new = _REMOVERS[entry["kind"]](current, path)
+        elif remover is not None:
+            try:
+                new = remover(current, path)
+            except SetupError as exc:
+                kept[key] = entry
+                was = f"its original is kept in {env.backups / entry['backup']}" if entry.get("backup") else \
+                    "setup made it (there was no such file before)"
+                done.append({"file": key, "action": f"not undone, left as it is: {exc}; {was}"}
+                            | ({"agent": entry["agent"]} if entry.get("agent") else {}))
+                continue
             action = "changed since setup: only Neverest's entries removed, the rest kept"
             if new != current and new is not None and not dry_run:
                 atomic_write(path, new, mode=stat.S_IMODE(path.stat().st_mode))
         else:
             action = "changed since setup: left as it is"
-        done.append({"file": key, "action": action})
+        done.append({"file": key, "action": action} | ({"agent": entry["agent"]} if entry.get("agent") else {}))
     if not dry_run:
-        for entry in manifest["files"].values():
-            if entry.get("backup"):
+        for key, entry in manifest["files"].items():
+            if entry.get("backup") and key not in kept:
                 (env.backups / entry["backup"]).unlink(missing_ok=True)
-        (env.backups / MANIFEST).unlink(missing_ok=True)
+        if kept:
+            atomic_write(env.backups / MANIFEST, _dump_json(manifest | {"files": kept}))
+        else:
+            (env.backups / MANIFEST).unlink(missing_ok=True)
         if env.backups.is_dir() and not any(env.backups.iterdir()):
             env.backups.rmdir()
     return done

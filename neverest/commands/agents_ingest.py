@@ -14,7 +14,9 @@ from neverest.agents.ingest import ingest_transcripts
 from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.clock import iso, parse_time
 from neverest.commands.common import UsageError, open_memory
+from neverest.config import Config
 from neverest.memory.events import EVENT_KINDS
+from neverest.memory.model import Endpoint
 from neverest.memory.queries import transcripts as queries
 
 _GIST_CHARS: Final = 100
@@ -109,7 +111,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         claude = Path(args.claude) if args.claude else None
         codex = Path(args.codex) if args.codex else None
-    report = replay(claude, codex)
+    if bool(args.embed_url) != bool(args.embed_model):
+        raise UsageError("--embed-url and --embed-model go together")
+    if args.embed_url:
+        try:
+            Endpoint(args.embed_url, args.embed_model)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    report = replay(claude, codex, config=Config(embed_url=args.embed_url or "", embed_model=args.embed_model or ""))
     if args.explain:
         print(report.explained())
     print(table(report))
@@ -173,6 +182,10 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     p.add_argument("--json", action="store_true", help="also print the figures as one JSON object on the last line")
     p.add_argument("--explain", action="store_true",
                    help="first list every repeat (caught or missed) and every lesson given (used or unused)")
+    p.add_argument("--embed-url", metavar="URL", help="run the throwaway memory, and every comparison, in this "
+                   "embedding model's space (an OpenAI-compatible API root, e.g. http://127.0.0.1:8765/v1; "
+                   "default: the hashed space, whatever this home's config says)")
+    p.add_argument("--embed-model", metavar="NAME", help="the model's name at --embed-url")
     p.set_defaults(func=cmd_replay)
     p = sub.add_parser("episodes", parents=parents, help="list the episodes this memory holds (newest first)")
     p.add_argument("--kind", choices=EVENT_KINDS)

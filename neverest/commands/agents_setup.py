@@ -22,11 +22,13 @@ from neverest.paths import STORE_FILE, HomeError, find_home, is_default, resolve
 def add_parsers(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
     parents = [common] if common else []
     p = sub.add_parser("setup", parents=parents,
-                       help="wire Claude Code, Codex and a systemd unit to this memory (--undo puts it back)",
+                       help="wire Claude Code, Codex (and by MCP Claude Desktop, Cursor, Windsurf, Gemini CLI) and a "
+                       "systemd unit to this memory (--undo puts it back)",
                        description="Find the coding agents installed and add Neverest's hooks and MCP server to "
-                       "their configuration files, merged into what is there, with a backup of every file changed; "
-                       "write a systemd user unit for neverestd. Running it again changes nothing. --undo restores "
-                       "the files as they were.")
+                       "their configuration files, merged into what is there, with a backup of every file changed: "
+                       "Claude Code and Codex; Claude Desktop, Cursor, Windsurf and Gemini CLI (the MCP server only, "
+                       "where their configuration folder exists); write a systemd user unit for neverestd. Running "
+                       "it again changes nothing. --undo restores the files as they were.")
     p.add_argument("--dry-run", action="store_true", help="change nothing; print what would change")
     p.add_argument("--undo", action="store_true", help="put back every file setup changed")
     p.add_argument("--json", action="store_true")
@@ -117,7 +119,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "changed": [{"file": str(c.path), "what": c.what}
                                                                for c in todo.changes],
-                          "unchanged": todo.unchanged, "notes": todo.notes,
+                          "unchanged": todo.unchanged, "notes": todo.notes, "mcp_clients": todo.clients,
                           "backups": str(env.backups)}, ensure_ascii=False))
         return 0
     verb = "would change" if args.dry_run else "changed"
@@ -129,6 +131,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
         print(f"the originals are kept in {env.backups}; `neverestctl setup --undo` puts them back")
     for line in todo.unchanged:
         print(f"already done {line}")
+    for client in todo.clients:
+        status = "would be wired" if args.dry_run and client["status"] == "wired" else client["status"]
+        print(f"{client['label']}: {status}: {client['why']}")
     for note in todo.notes:
         print(note)
     return 0

@@ -38,3 +38,9 @@ def needing(db: sqlite3.Connection, table: Table, space: str, limit: int, *, une
 def store(db: sqlite3.Connection, table: Table, rows: Sequence[tuple[str, bytes, str | int]]) -> None:
     """Set ``(space, embedding blob, id)`` for each row, inside a write transaction."""
     db.executemany(f"UPDATE {table} SET space = ?, embedding = ? WHERE {_KEY[table]} = ?", rows)
+
+
+def spaces(db: sqlite3.Connection, table: Table) -> dict[str, int]:
+    """How many rows of ``table`` hold a vector in each space."""
+    return {str(r[0]): int(r[1]) for r in db.execute(
+        f"SELECT space, count(*) FROM {table} WHERE space IS NOT NULL AND embedding IS NOT NULL GROUP BY space")}
