@@ -145,6 +145,8 @@ def test_the_list_of_operations(capsys: pytest.CaptureFixture[str]) -> None:
     ({"operation": "chat", "arguments": {}}, "bad-arguments", "messages", "missing"),
     ({"operation": "chat", "arguments": {"messages": [], "format": "cohere"}}, "bad-arguments", "format", ""),
     ({"operation": "chat", "arguments": {"messages": [], "at": "soon"}}, "bad-arguments", "at", "ISO 8601"),
+    ({"operation": "chat", "arguments": {"messages": [{}] * 20_001}}, "bad-arguments", "messages",
+     "20001 items; it must be at most 20000 items"),
 ])
 def test_every_error_names_what_is_wrong(home: Path, request_: object, code: str, argument: str | None,
                                          says: str) -> None:

@@ -59,6 +59,7 @@ EPISODE_FRAMING: Final = "an event this memory stored from an earlier session (w
 
 _JSON_TYPES: Final[dict[type, str]] = {str: "a string", int: "an integer", bool: "true or false", list: "an array",
                                        dict: "an object"}
+_TYPE_NAMES: Final[dict[type, str]] = {str: "string", int: "integer", bool: "boolean", list: "array", dict: "object"}
 
 
 class OperationError(Exception):
@@ -114,14 +115,16 @@ class Arg:
         if size is not None and ((self.low is not None and size < self.low)
                                  or (self.high is not None and size > self.high)):
             what = "" if isinstance(value, int) else " characters" if isinstance(value, str) else " items"
-            raise OperationError("bad-arguments", f"{self.name}: {size}{what}; it must be from {self.low} "
-                                 f"to {self.high}{what}", argument=self.name)
+            bounds = (f"from {self.low} to {self.high}" if self.low is not None and self.high is not None
+                      else f"at least {self.low}" if self.low is not None else f"at most {self.high}")
+            raise OperationError("bad-arguments", f"{self.name}: {size}{what}; it must be {bounds}{what}",
+                                 argument=self.name)
         if self.pattern and isinstance(value, str) and not re.fullmatch(self.pattern, value):
             raise OperationError("bad-arguments", f"{self.name}: {_shown(value)}: {self.help}", argument=self.name)
         return value
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "type": _JSON_TYPES[self.kind].split(" ", 1)[-1],
+        out: dict[str, Any] = {"name": self.name, "type": _TYPE_NAMES[self.kind],
                                "required": self.required, "help": self.help}
         if self.default is not None:
             out["default"] = self.default
