@@ -283,3 +283,27 @@ def test_the_at_of_a_conversation_dates_its_events(tmp_path: Path) -> None:
         ingest_chat(memory, GEMINI["contents"], "gemini")
         ats = {e["at"] for e in _episodes(memory)}
     assert ats == {datetime.fromisoformat(NOW).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+
+
+def test_a_surprise_after_a_failed_call(tmp_path: Path) -> None:
+    messages = [
+        {"role": "user", "content": "Start the dev server."},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "shell", "arguments": json.dumps({"command": "npm run dev"})}}]},
+        {"role": "tool", "tool_call_id": "call_1",
+         "content": "Error: listen EADDRINUSE: address already in use :::3000"},
+        {"role": "assistant", "content": "It turns out the port is held by a container started earlier."},
+    ]
+    events, _ = events_of(Conversation("openai", messages))
+    [surprise] = [e for e in events if e["kind"] == "surprise"]
+    assert surprise["happened"] == "It turns out the port is held by a container started earlier."
+
+
+def test_neverestctl_ingest_chats_from_standard_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("NEVEREST_NOW", NOW)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(GEMINI, indent=2).encode())))
+    assert main(["ingest", "--home", str(home), "--chats", "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["formats"] == {"gemini": 1}
