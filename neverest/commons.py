@@ -38,13 +38,24 @@ the same records, use the same policy and judge at the same ``now`` agree.
   publisher counts: two memories that met the same surprise and wrote the same
   sentence are a verification, not two lessons (PROTOCOL.md §9).
 
+- **Corroboration** (only when the policy says who corroborates: ``Trust``; the policy
+  ``earned``).  An origin the policy does not count, but that *corroborates* (it bore
+  out what trusted origins claimed first, and nobody trusted contradicted it), is
+  support too, but only for a lesson that at least N of its claimants the policy counts
+  back already: its publishers and supporters, the first publisher included.  So a
+  lesson still needs N trusted voices, as many as before; the first publisher's own
+  trust may be one of them, and the remaining supporters may be corroborating origins.
+  A corroborating supporter never moves the clock (below) and its revocation never
+  counts toward the quorum: Sybil keys can corroborate, so they must neither keep a
+  lesson alive nor withdraw it.
+
 - **The clock.**  A supporter's time is the signed time of its *earliest*
   supporting record, so re-sending or re-signing old support refreshes nothing, and a
   later confirmation from an origin already counted does not either: one origin is
   one voice, once.  A new supporter signed at ``t`` is new support at ``t``, even if
   its record arrives late.  The lesson's clock runs from its last new record: the
-  first publisher's earliest publication or the newest supporter's time, whichever
-  is later.  A publisher re-signing its lesson (a new ``updated``) does not move it
+  first publisher's earliest publication or the newest counted (not corroborating)
+  supporter's time, whichever is later.  A publisher re-signing its lesson (a new ``updated``) does not move it
   either, so an unconfirmed lesson cannot be kept alive by its own author.
 
 - **States**, with N = ``support_n``, W = ``window_days`` and age = now - clock:
@@ -182,18 +193,36 @@ def fact_of(record: Record) -> Fact:
     return Fact(kind=record.type, origin=record.origin, at=datetime.fromisoformat(stamp))
 
 
+def _nobody(origin: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Trust:
+    """A trust policy's answer: the origins that count (``trusted``), and those that only corroborate:
+    their support counts for a lesson that enough trusted claimants back already (``judge``; the policy
+    ``earned`` says who corroborates, the others nobody).  Called, it answers ``trusted``."""
+
+    trusted: Callable[[str], bool]
+    corroborating: Callable[[str], bool] = _nobody
+
+    def __call__(self, origin: str) -> bool:
+        return self.trusted(origin)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A lesson's state and the evidence for it.  Origin tuples are sorted."""
 
     state: State
-    supporters: tuple[str, ...]
+    supporters: tuple[str, ...]  # the counted ones and the corroborating ones
     publishers: tuple[str, ...]
     first_publisher: str | None
     first_published: datetime | None  # the first publisher's earliest lesson record
-    last_support: datetime | None  # the newest supporter's earliest supporting record
+    last_support: datetime | None  # the newest counted supporter's earliest supporting record
     revoked_by: tuple[str, ...]  # the origins whose revocations count, whether or not they suffice
     tombstone: bool  # the state just became final: the caller must write a tombstone now
+    corroborators: tuple[str, ...] = ()  # the supporters that count only as corroboration (``Trust``)
 
     @property
     def support(self) -> int:
@@ -213,7 +242,8 @@ def judge(
     """The state of one lesson from ``facts``, every fact held about its hash.
 
     ``counts`` is the trust policy: the origins whose support and revocations count,
-    as a predicate or a set; ``None`` counts every origin (the policy ``any``).
+    as a predicate or a set; ``None`` counts every origin (the policy ``any``); a ``Trust``
+    also names the origins whose support counts as corroboration.
     ``tombstone`` is the state of the tombstone the memory holds for the hash, if any.
     ``held_since``, with ``quarantine_days``, is when this memory first held the lesson:
     before ``held_since + quarantine_days`` a lesson that would be ``common`` is still a
@@ -247,12 +277,15 @@ def judge(
 
     first = min(published, key=lambda origin: (published[origin], origin))
     supporters = {o: at for o, at in supported.items() if o != first and admitted(o)}
+    corroborators: set[str] = set()
+    if isinstance(counts, Trust) and len(supporters) + admitted(first) >= config.support_n:
+        corroborators = {o for o in supported if o != first and o not in supporters and counts.corroborating(o)}
     owners = {o for o in published if admitted(o)} or set(published)
     last_support = max(supporters.values(), default=None)
     clock = published[first] if last_support is None else max(published[first], last_support)
 
     state = _terminal(tombstone) or _state(
-        support=len(supporters),
+        support=len(supporters) + len(corroborators),
         age=now - clock,
         revoked=owners <= revokers or len(revokers & supporters.keys()) >= config.revoke_quorum,
         config=config,
@@ -261,13 +294,14 @@ def judge(
         state = CANDIDATE
     return Verdict(
         state=state,
-        supporters=tuple(sorted(supporters)),
+        supporters=tuple(sorted(supporters.keys() | corroborators)),
         publishers=tuple(sorted(published)),
         first_publisher=first,
         first_published=published[first],
         last_support=last_support,
         revoked_by=tuple(sorted(revokers & (owners | supporters.keys()))),
         tombstone=tombstone is None and state in TERMINAL,
+        corroborators=tuple(sorted(corroborators)),
     )
 
 
@@ -291,6 +325,8 @@ def _terminal(tombstone: str | None) -> State | None:
 def _policy(counts: Callable[[str], bool] | AbstractSet[str] | None) -> Callable[[str], bool]:
     if counts is None:
         return lambda origin: True
+    if isinstance(counts, Trust):
+        return counts.trusted  # called once per origin and fact: not through Trust.__call__
     if isinstance(counts, AbstractSet):
         return counts.__contains__
     return counts
@@ -338,7 +374,7 @@ def vouched(verified: Mapping[str, int], refuted: Mapping[str, int], *, resolved
 # -- the trust policy "earned" -----------------------------------------------------------
 #
 # Trust earned from verified history and passed along, after EigenTrust (Kamvar, Schlosser and
-# Garcia-Molina, 2003), with this memory as the one pre-trusted peer.
+# Garcia-Molina, 2003), with this memory, and the origins its owner named, as the pre-trusted peers.
 #
 # Evidence.  Every record about a lesson is a *claim* by its origin: a lesson or a confirmation
 # says "it holds" (my sessions bore it out), a refutation "it does not" (my sessions met its
@@ -355,11 +391,13 @@ def vouched(verified: Mapping[str, int], refuted: Mapping[str, int], *, resolved
 #
 # Scores.  Each origin i spreads its trust over the origins it credits, in proportion to the
 # credit, but never to an origin it contradicted (local trust c_ij).  This memory's scores are
-# ``steps`` damped steps of EigenTrust from itself: t0 = e_own, t(k+1) = a e_own + (1 - a) C^T t(k),
-# where a = ``damping`` and the trust of an origin that credits nobody returns to this memory.
-# So trust is bounded (it travels at most ``steps`` hops, and each hop keeps only 1 - a of it)
-# and a key nobody credits has none, however many keys there are: Sybil keys that only confirm
-# each other earn nothing from this memory unless it, or an origin it trusts, credits them.
+# ``steps`` damped steps of EigenTrust from the pre-trusted: t0 = p, t(k+1) = a p + (1 - a) C^T t(k),
+# where a = ``damping``, p is spread evenly over this memory and the origins its owner named
+# (``neverestctl trust add``, ``trust_allow``; only this memory when it named none), and the trust
+# of an origin that credits nobody returns to p.  So trust is bounded (it travels at most
+# ``steps`` hops, and each hop keeps only 1 - a of it) and a key nobody credits has none, however
+# many keys there are: Sybil keys that only confirm each other earn nothing from this memory
+# unless it, an origin it named, or an origin they trust, credits them.
 #
 # Counting.  An origin counts when it is this memory, or it has trust, and it is not
 # *discredited*: this memory contradicted it first-hand, or the trust of the origins (this memory
@@ -371,6 +409,21 @@ def vouched(verified: Mapping[str, int], refuted: Mapping[str, int], *, resolved
 #     trusted      -> discredited   contradicted first-hand, or by more trust than it holds
 #     discredited  -> trusted       only if the contradiction weighs less again (its accusers
 #                                   lost trust); a first-hand contradiction is final
+#
+# Corroboration.  A memory that only ever confirms (every lesson it met had been published
+# before it met it) makes no first claim, so it earns no trust, however often its sessions bear
+# out what others said: what it confirms is an echo to everyone else, since confirming alone is
+# exactly what an echoing key does.  No rule can tell the two apart from the claims, so the
+# rule bounds what confirming alone can buy rather than who can buy it: an origin that is not
+# counted *corroborates* when it bore out (claimed later, the same way) at least ``corroboration``
+# lessons that an origin counted here claimed first, and no origin with trust here (this memory
+# included) contradicted it.  A corroborating origin's support counts only for a lesson that
+# ``support_n`` claimants counted here back already (``judge``), its first publisher included:
+# so a false lesson still needs ``support_n`` counted liars, as many as without corroboration
+# (then the first publisher's trust did not matter and ``support_n`` counted supporters were
+# needed), and what corroborating keys add is at most the last supporters of a lesson that
+# trusted memories vouch for.  Corroborating origins pass no trust, weigh nothing in a
+# contradiction, never move a lesson's clock and never count toward a revocation quorum.
 #
 # What the rule cannot do, measured by ``python -m simulations sweep``: a lie about a situation
 # no honest memory meets is never contradicted, so an adversary that earned trust by echoing true
@@ -384,12 +437,18 @@ class TrustConfig:
 
     damping: float = 0.15  # share of trust returned to this memory at every step (EigenTrust's a)
     steps: int = 6  # how many hops trust travels from this memory
+    # Lessons first claimed by counted origins that an origin must have borne out to corroborate
+    # (the comment above); 0: nobody corroborates.  One suffices: what corroboration buys is bounded
+    # by the counted claimants a lesson needs, not by how hard corroborating is (an echo is free).
+    corroboration: int = 1
 
     def __post_init__(self) -> None:
         if not 0.0 < self.damping < 1.0:
             raise ValueError("damping must be in (0, 1)")
         if self.steps < 1:
             raise ValueError("steps must be at least 1")
+        if self.corroboration < 0:
+            raise ValueError("corroboration must not be negative")
 
 
 class _Sides(NamedTuple):
@@ -534,6 +593,22 @@ class Evidence:
                 contra[np.ix_(con, pro)] += 1.0
         return credit, contra
 
+    def contradictions(self, rows: npt.NDArray[np.intp], cols: npt.NDArray[np.intp]) -> npt.NDArray[np.float32]:
+        """``contra[i, j]`` between the origins ``rows`` and ``cols`` (two sets, in those orders): the lessons
+        on which they claimed the opposite."""
+        at_row = np.full(len(self.origins), -1, dtype=np.intp)
+        at_row[rows] = np.arange(len(rows))
+        at_col = np.full(len(self.origins), -1, dtype=np.intp)
+        at_col[cols] = np.arange(len(cols))
+        contra = np.zeros((len(rows), len(cols)), dtype=np.float32)
+        for sides in self._sides.values():
+            for one, other in ((sides.pro, sides.con), (sides.con, sides.pro)):
+                i, j = at_row[one], at_col[other]
+                i, j = i[i >= 0], j[j >= 0]
+                if len(i) and len(j):
+                    contra[np.ix_(i, j)] += 1.0
+        return contra
+
     def matrices(self) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """Credit and contradictions among every origin (for tests and small memories)."""
         return self.submatrices(np.arange(len(self.origins)))
@@ -554,13 +629,26 @@ class Evidence:
         return np.flatnonzero(seen)
 
 
-def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig()
-                    ) -> npt.NDArray[np.bool_]:
-    """For each root (column), which origins (rows) count under ``earned`` (module comment above)."""
+@dataclass(frozen=True)
+class Standing:
+    """What ``earned`` says of every origin (rows, ``Evidence`` order) for each root (columns)."""
+
+    counted: npt.NDArray[np.bool_]  # counts: the root, a named origin, or trust and not discredited
+    corroborating: npt.NDArray[np.bool_]  # not counted, but corroborates (the comment above)
+    trust: npt.NDArray[np.float32]  # the EigenTrust score
+    borne: npt.NDArray[np.float32]  # lessons it bore out that an origin counted by the root claimed first
+    direct: npt.NDArray[np.float32]  # lessons it claimed first that the root itself bore out
+
+
+def standing(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig(),
+             named: Sequence[Sequence[int]] = ()) -> Standing:
+    """``earned`` for each root (column): which origins count, which corroborate, and the figures that say
+    why.  ``named[k]``: the origins root k's owner named, pre-trusted with it (none when not given)."""
     n, r = len(evidence), len(roots)
     idx, cols = np.asarray(roots, dtype=np.intp), np.arange(len(roots))
-    # Trust can only ever sit on an origin within config.steps credit steps of a root: compute on those.
-    active = evidence.reachable(idx, config.steps)
+    chosen = [np.asarray(named[k] if k < len(named) else (), dtype=np.intp) for k in range(r)]
+    # Trust can only ever sit on an origin within config.steps credit steps of the pre-trusted: compute on those.
+    active = evidence.reachable(np.concatenate([idx, *chosen]), config.steps)
     credit, contra = evidence.submatrices(active)
     where = np.full(n, -1, dtype=np.intp)
     where[active] = np.arange(len(active))
@@ -569,7 +657,10 @@ def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfi
     dangling = out <= 0
     step = np.ascontiguousarray((local / np.where(dangling, np.float32(1.0), out)[:, None]).T)
     pre = np.zeros((len(active), r), dtype=np.float32)
+    for k, extra in enumerate(chosen):
+        pre[where[extra], k] = 1.0
     pre[where[idx], cols] = 1.0
+    pre /= pre.sum(axis=0, keepdims=True)
     t = pre.copy()
     a = np.float32(config.damping)
     for _ in range(config.steps):
@@ -581,19 +672,63 @@ def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfi
     weight[where[idx], cols] = 0.0
     accused = (contra > 0).astype(np.float32).T @ weight
     ok = (t > 0) & ~first_hand & ~(accused > t)
+    for k, extra in enumerate(chosen):
+        ok[where[extra], k] = True
     ok[where[idx], cols] = True
     counted = np.zeros((n, r), dtype=bool)
     counted[active] = ok
-    return counted
+    trust = np.zeros((n, r), dtype=np.float32)
+    trust[active] = t
+    direct = np.zeros((n, r), dtype=np.float32)
+    direct[active] = credit[where[idx], :].T
+    borne = np.zeros((n, r), dtype=np.float32)
+    corroborating = np.zeros((n, r), dtype=bool)
+    # Corroborating: the origins that bore out first claims of counted origins (they credit them), found
+    # from the credit pairs whose first claimant is within reach; a flood of echoes costs its pairs.
+    later, first = evidence._credit_pairs()
+    inside = where[first] >= 0
+    later, first = later[inside], where[first[inside]]
+    if len(later):
+        who = np.unique(later)
+        bore = np.zeros((len(who), len(active)), dtype=np.float32)
+        np.add.at(bore, (np.searchsorted(who, later), first), 1.0)
+        borne[who] = bore @ ok.astype(np.float32)
+        if config.corroboration > 0:
+            against = evidence.contradictions(who, active) > 0
+            blamed = (against.astype(np.float32) @ weight > 0) | against[:, where[idx]]
+            corroborating[who] = (borne[who] >= config.corroboration) & ~blamed & ~counted[who]
+    return Standing(counted=counted, corroborating=corroborating, trust=trust, borne=borne, direct=direct)
+
+
+def counted_origins(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig()
+                    ) -> npt.NDArray[np.bool_]:
+    """For each root (column), which origins (rows) count under ``earned`` (module comment above)."""
+    return standing(evidence, roots, config).counted
+
+
+def evidence_of(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str,
+                named: AbstractSet[str] = frozenset()) -> Evidence:
+    """The claims of ``facts_by_lesson``; ``own`` is the first origin, then the ``named`` ones, sorted."""
+    evidence = Evidence([own, *sorted(named - {own})])
+    for lesson, facts in facts_by_lesson.items():
+        evidence.add_lesson(lesson, facts)
+    return evidence
+
+
+def earned_standing(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str, config: TrustConfig = TrustConfig(),
+                    allowed: AbstractSet[str] = frozenset()) -> tuple[Evidence, Standing]:
+    """``standing`` for the memory ``own`` (its column 0), with the evidence its rows index."""
+    evidence = evidence_of(facts_by_lesson, own=own, named=allowed)
+    return evidence, standing(evidence, [0], config, [[evidence.index[o] for o in sorted(allowed - {own})]])
 
 
 def earned(facts_by_lesson: Mapping[str, Iterable[Fact]], *, own: str, config: TrustConfig = TrustConfig(),
-           allowed: AbstractSet[str] = frozenset()) -> Callable[[str], bool]:
-    """The policy ``earned`` for the memory ``own``: which origins count, from every fact it holds
-    (its own tests among them, as facts signed by ``own``).  ``allowed`` origins always count."""
-    evidence = Evidence([own])
-    for lesson, facts in facts_by_lesson.items():
-        evidence.add_lesson(lesson, facts)
-    flags = counted_origins(evidence, [evidence.index[own]], config)[:, 0]
-    counted = {o for o, f in zip(evidence.origins, flags.tolist(), strict=True) if f} | set(allowed) | {own}
-    return counted.__contains__
+           allowed: AbstractSet[str] = frozenset()) -> Trust:
+    """The policy ``earned`` for the memory ``own``: which origins count and which corroborate, from every
+    fact it holds (its own tests among them, as facts signed by ``own``).  ``allowed``: the origins its owner
+    named, which always count and are pre-trusted with it."""
+    evidence, result = earned_standing(facts_by_lesson, own=own, config=config, allowed=allowed)
+    counted = {o for o, f in zip(evidence.origins, result.counted[:, 0].tolist(), strict=True) if f}
+    counted |= set(allowed) | {own}
+    backing = {o for o, f in zip(evidence.origins, result.corroborating[:, 0].tolist(), strict=True) if f}
+    return Trust(trusted=counted.__contains__, corroborating=backing.__contains__)

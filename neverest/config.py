@@ -70,11 +70,12 @@ class Config:
     window_days: float = 90.0
     revoke_quorum: int = 3
     # Which origins count as support: "earned" (trust earned from verified history and passed along, after
-    # EigenTrust, with this memory as the pre-trusted peer: commons.earned; the default, the one the
-    # sweep in docs/simulations.md measures against adaptive adversaries), "vouched" (origins whose claims this memory
-    # tested itself, none refuted: commons.vouched), "peers" (origins in the peer table), or "any" (every
-    # origin: the simulations in docs/simulations.md show it making every false lesson common, so it is never the
-    # default and config_warnings flags it); origins in trust_allow count under every policy.
+    # EigenTrust, with this memory and the named origins as pre-trusted peers: commons.earned; the default,
+    # the one the sweep in docs/simulations.md measures against adaptive adversaries), "vouched" (origins
+    # whose claims this memory tested itself, none refuted: commons.vouched), "peers" (origins in the peer
+    # table), or "any" (every origin: the simulations in docs/simulations.md show it making every false
+    # lesson common, so it is never the default and config_warnings flags it); named origins (trust_allow,
+    # and those `neverestctl trust add` keeps in the store) count under every policy.
     trust: str = "earned"
     trust_allow: str = ""  # comma-separated origins
     trust_damping: float = 0.15  # "earned": share of trust that returns to this memory at each hop

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     from neverest.commands.memory import EVENT_FIELDS, cmd_lessons, cmd_recall, cmd_remember, cmd_sleep
     from neverest.commands.network import cmd_gossip, cmd_peer_add, cmd_peer_list, cmd_peer_remove, cmd_status
     from neverest.commands.sharing import cmd_commons, cmd_folder_sync, cmd_publish, cmd_revoke, cmd_show, cmd_unpublish
+    from neverest.commands.trust import add_parsers as add_trust_parsers
     from neverest.memory.events import EVENT_KINDS
 
     parser, sub, common = _top_parser()
@@ -259,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
     add_data_parsers(sub, common)
+    add_trust_parsers(sub, common)
     add_doctor_parser(sub, common)
     add_ingest_parsers(sub, common)
     add_hook_parser(sub, common)

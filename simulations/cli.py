@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from neverest.commons import TrustConfig
 from neverest.config import Config
 from simulations import commons, dissemination, load, report, robustness, sweep, transports
 from simulations.adversaries import STRATEGIES
@@ -72,6 +73,13 @@ def _sybils(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a count (0 or more)")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,6 +104,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sybils", type=_sybils, default=WorldOptions.sybils_per_adversary,
                    help=f"Sybil keys per adversary (default {WorldOptions.sybils_per_adversary}; "
                         "sybil-swarm sets its own)")
+    c.add_argument("--corroboration", type=_count, default=TrustConfig.corroboration,
+                   help="earned: first claims of counted origins an origin must bear out to corroborate "
+                        f"(default {TrustConfig.corroboration}; 0: nobody corroborates, the rule before it)")
     c.add_argument("--no-fading", action="store_true", help="skip measuring fading_nights (the slow part)")
     c.add_argument("--exchange", choices=("ideal", "real"), default="ideal",
                    help="how records move: the ideal anti-entropy (default), or the real gossip engine (small N)")
@@ -109,6 +120,8 @@ def parser() -> argparse.ArgumentParser:
                     help="comma-separated strategies, or all (default)")
     sw.add_argument("--trust", choices=commons.POLICIES, default=sweep.Options.trust,
                     help=f"the honest agents' trust policy (default {sweep.Options.trust})")
+    sw.add_argument("--corroboration", type=_count, default=sweep.Options.corroboration,
+                    help=f"earned: as for commons (default {sweep.Options.corroboration}; 0: off)")
     sw.add_argument("--nights", type=_positive, default=sweep.Options.nights)
     sw.add_argument("--sybils", type=_sybils, default=sweep.Options.sybils,
                     help=f"Sybil keys per adversary (default {sweep.Options.sybils})")
@@ -175,16 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         world = WorldOptions(false_per_adversary=args.false_per_adversary, sybils_per_adversary=args.sybils)
         result = commons.run(commons.Options(
             agents=args.agents, adversaries=args.adversaries, nights=args.nights, trust=args.trust, seed=args.seed,
-            world=world, config=Config(), strategy=args.strategy, fading=not args.no_fading, exchange=args.exchange,
-            out=out, quiet=args.quiet))
+            world=world, config=Config(), trust_config=TrustConfig(corroboration=args.corroboration),
+            strategy=args.strategy, fading=not args.no_fading, exchange=args.exchange, out=out, quiet=args.quiet))
         report.emit(result, commons.summary(result), as_json=args.json)
         return 0
     if args.experiment == "sweep":
         if min(args.agents) < 2:
             parser().error("--agents must be at least 2")
         result = sweep.run(sweep.Options(
-            agents=args.agents, seeds=args.seeds, strategies=args.strategies, trust=args.trust, nights=args.nights,
-            sybils=args.sybils, workers=args.workers, out=out, quiet=args.quiet))
+            agents=args.agents, seeds=args.seeds, strategies=args.strategies, trust=args.trust,
+            corroboration=args.corroboration, nights=args.nights, sybils=args.sybils, workers=args.workers, out=out,
+            quiet=args.quiet))
         report.emit(result, sweep.summary(result), as_json=args.json)
         return 0 if result["passed"] else 1
     if args.experiment == "robustness":

@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neverest.clock import iso
-from neverest.commons import COMMON, CommonsConfig, Evidence, Fact, TrustConfig, counted_origins, judge, vouched
+from neverest.commons import COMMON, CommonsConfig, Evidence, Fact, Trust, TrustConfig, judge, standing, vouched
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory import holdings
@@ -80,6 +80,7 @@ class Options:
     seed: int = 1
     world: WorldOptions = field(default_factory=WorldOptions)
     config: Config = field(default_factory=Config)
+    trust_config: TrustConfig = field(default_factory=TrustConfig)  # ``earned``'s parameters (corroboration: 0 = off)
     strategy: str = "collude"  # what the adversaries do (adversaries.py)
     tactics: Tactics = field(default_factory=Tactics)
     revoke_night: int | None = None  # default: the middle of the run
@@ -304,13 +305,14 @@ class Run:
         self.revocation_rounds: int | None = None
         self.rounds_since_revocation = 0
         self.last_support: dict[int, datetime] = {}  # lesson -> newest support signed
-        self._prepared: dict[int, tuple[npt.NDArray[np.bool_], list[npt.NDArray[np.intp]]]] = {}
+        self._prepared: dict[int, tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], list[npt.NDArray[np.intp]]]] = {}
         self.engine: Simulation | None = None
         # The policy "earned": one Evidence for the run, fed the records every honest agent holds.
         self.evidence = Evidence(self.w.origins)
-        self.trust_config = TrustConfig()
+        self.trust_config = opts.trust_config
         self._in_evidence = np.zeros(0, dtype=bool)
         self._earned: npt.NDArray[np.bool_] | None = None
+        self._corroborating: npt.NDArray[np.bool_] | None = None
         if opts.exchange == "real":
             w = self.w
             self.engine = Simulation(opts.agents, seed=opts.seed, fanout=opts.world.fanout, config=opts.config,
@@ -479,7 +481,8 @@ class Run:
                                      [self.evidence.index[f.origin] for f, _ in held], [f.kind for f, _ in held],
                                      [f.at.timestamp() for f, _ in held],
                                      made[batch[[r for _, r in held]]].tolist())
-        self._earned = counted_origins(self.evidence, w.honest, self.trust_config)
+        result = standing(self.evidence, w.honest, self.trust_config)
+        self._earned, self._corroborating = result.counted, result.corroborating
         self._earned_column = {h: k for k, h in enumerate(w.honest)}
 
     def counted(self, h: int) -> npt.NDArray[np.bool_]:
@@ -509,6 +512,13 @@ class Run:
                     flags[o] = counts(name)
         return flags
 
+    def corroborating(self, h: int) -> npt.NDArray[np.bool_]:
+        """Which origins corroborate for agent h (``earned`` only; no origin under the other policies)."""
+        if self.opts.trust != "earned":
+            return np.zeros(len(self.w.origins), dtype=bool)
+        assert self._corroborating is not None, "update_earned first"
+        return self._corroborating[:, self._earned_column[h]].copy()
+
     def judge_all(self, night: int, lessons_of_interest: set[int] | None = None, *,
                   frozen: bool = False) -> dict[int, dict[int, str]]:
         """Each honest agent's state of each lesson it holds records about (agent -> lesson -> state).
@@ -525,38 +535,40 @@ class Run:
         candidates = np.arange(n)
         if self.opts.trust == "earned" and not frozen:
             self.update_earned()
-            assert self._earned is not None
+            assert self._earned is not None and self._corroborating is not None
             # Only records some honest agent may admit: the rest of the work is per agent.
-            anyone = np.asarray(self._earned.any(axis=1), dtype=bool)
+            anyone = np.asarray(self._earned.any(axis=1) | self._corroborating.any(axis=1), dtype=bool)
             candidates = np.flatnonzero(valid & ((kind == LESSON) | (kind == REVOKE)
                                                  | ((kind == CONFIRM) & anyone[origin])))
         for h in w.honest:
             prepared = self._prepared.get(h) if frozen else None
             if prepared is None:
-                flags = self.counted(h)
+                flags, backing = self.counted(h), self.corroborating(h)
                 c = candidates
                 admitted = w.held.row(h)[c] & valid[c] & ((kind[c] == LESSON) | (kind[c] == REVOKE)
-                                                      | ((kind[c] == CONFIRM) & flags[origin[c]]))
-                idx = c[admitted]
+                                                      | ((kind[c] == CONFIRM) & (flags[origin[c]]
+                                                                                 | backing[origin[c]])))
+                idx = _few_corroborations(c[admitted], les, origin, kind, flags, self.cconfig.support_n)
                 idx = idx[np.argsort(les[idx], kind="stable")]
-                prepared = (flags, np.split(idx, np.flatnonzero(np.diff(les[idx])) + 1) if len(idx) else [])
+                prepared = (flags, backing, np.split(idx, np.flatnonzero(np.diff(les[idx])) + 1) if len(idx) else [])
                 self._prepared[h] = prepared
-            flags, groups = prepared
+            flags, backing, groups = prepared
             agent = w.agents[h]
             mine: dict[int, str] = {}
-            policy: set[str] | None = None
+            policy: Trust | None = None
             for group in groups:
                 lesson = int(les[group[0]])
                 if lessons_of_interest is not None and lesson not in lessons_of_interest:
                     continue
                 tomb = agent.tombstones.get(lesson)
-                pubs = origin[group][kind[group] == LESSON]
+                who = origin[group]
                 since = agent.first_held.get(lesson) if quarantine else None
                 waiting = since is not None and now - since < timedelta(days=quarantine)
-                key = (lesson, group.tobytes(), tomb, flags[pubs].tobytes(), waiting)
+                key = (lesson, group.tobytes(), tomb, flags[who].tobytes(), backing[who].tobytes(), waiting)
                 state = cache.get(key)
                 if state is None:
-                    policy = _flags_policy(flags, w.origins) if policy is None else policy
+                    policy = Trust(_flags_policy(flags, w.origins).__contains__,
+                                   _flags_policy(backing, w.origins).__contains__) if policy is None else policy
                     verdict = judge([f for r in group.tolist() if (f := w.ledger.facts[r]) is not None],
                                     now=now, config=self.cconfig, counts=policy, tombstone=tomb,
                                     held_since=since, quarantine_days=quarantine)
@@ -582,6 +594,24 @@ def _by_origin(selected: npt.NDArray[np.bool_], origin: npt.NDArray[np.int32], l
 
 def _flags_policy(flags: npt.NDArray[np.bool_], origins: list[str]) -> set[str]:
     return {origins[o] for o in np.flatnonzero(flags)}
+
+
+def _few_corroborations(idx: npt.NDArray[np.intp], les: npt.NDArray[np.int32], origin: npt.NDArray[np.int32],
+                        kind: npt.NDArray[np.int8], flags: npt.NDArray[np.bool_], keep: int) -> npt.NDArray[np.intp]:
+    """``idx`` without the confirmations of corroborating origins past the first ``keep`` such origins per lesson.
+
+    A verdict depends on how many corroborating supporters a lesson has only up to ``support_n`` (they never move
+    its clock nor revoke it, commons.judge), so dropping the others changes no state; it keeps a swarm of 7 000
+    corroborating echoes from being judged at every agent."""
+    extra = (kind[idx] == CONFIRM) & ~flags[origin[idx]]
+    if not extra.any():
+        return idx
+    sub = idx[extra]
+    pairs = les[sub].astype(np.int64) * (int(origin.max(initial=0)) + 1) + origin[sub]
+    distinct = np.unique(pairs)  # each (lesson, origin) once, sorted by lesson
+    lesson_of = distinct // (int(origin.max(initial=0)) + 1)
+    starts = np.searchsorted(lesson_of, lesson_of, side="left")
+    return np.concatenate([idx[~extra], sub[np.isin(pairs, distinct[np.arange(len(distinct)) - starts < keep])]])
 
 
 # -- the experiment ----------------------------------------------------------------------
@@ -623,6 +653,7 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
     final = true_share[-1] if true_share else []
     false_common = sum(any(last[h].get(f) == COMMON for h in w.honest) for f in w.false)
     flags = {h: sim.counted(h) for h in w.honest}  # each honest agent's policy, after the last judging
+    backing = {h: sim.corroborating(h) for h in w.honest}
     result: dict[str, Any] = {
         "experiment": "commons",
         "agents": opts.agents,
@@ -630,6 +661,7 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
         "honest_agents": honest,
         "sybils": len(w.origins) - opts.agents,
         "trust": opts.trust,
+        "corroboration": opts.trust_config.corroboration,
         "strategy": opts.strategy,
         "tactics": dict(opts.tactics.__dict__),
         "exchange": opts.exchange,
@@ -645,11 +677,14 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
                                         > sim.cconfig.support_n for i in counted_true) / len(counted_true)
                                     if counted_true else None),
         # The ceiling left once the policy has spoken: the true lessons that, at >= 95 % of honest agents,
-        # more than support_n of the honest agents that met them count there (an agent counts itself).
-        "true_counted_fraction": (sum(_counted_share(sim, flags, w.true[i]) >= 0.95 for i in counted_true)
+        # more than support_n of the honest agents that met them count there (an agent counts itself), or
+        # corroborate there beside support_n that count (commons.judge).
+        "true_counted_fraction": (sum(_counted_share(sim, flags, backing, w.true[i]) >= 0.95 for i in counted_true)
                                   / len(counted_true) if counted_true else None),
-        # Honest agents that fewer than 95 % of the other honest agents count: what they confirm is lost.
+        # Honest agents that fewer than 95 % of the other honest agents count (their support needs others')...
         "honest_uncounted": _uncounted(sim, flags),
+        # ... and that fewer than 95 % count or corroborate: what they confirm is lost.
+        "honest_unheard": _uncounted(sim, {h: flags[h] | backing[h] for h in w.honest}),
         "false_common": false_common,
         "false_common_peak_fraction": max(false_peak, default=0.0),
         "revocation_rounds": sim.revocation_rounds,
@@ -673,12 +708,18 @@ def _run(sim: Run, opts: Options, started: float) -> dict[str, Any]:
     return result
 
 
-def _counted_share(sim: Run, flags: dict[int, npt.NDArray[np.bool_]], lesson: int) -> float:
+def _counted_share(sim: Run, flags: dict[int, npt.NDArray[np.bool_]], backing: dict[int, npt.NDArray[np.bool_]],
+                   lesson: int) -> float:
     """The share of honest agents at which more than support_n of the honest agents that supported
-    ``lesson`` count (``flags``: each honest agent's policy, ``Run.counted``)."""
-    w = sim.w
+    ``lesson`` count, or at least support_n count and more than support_n count or corroborate
+    (``flags``, ``backing``: each honest agent's policy, ``Run.counted`` and ``Run.corroborating``)."""
+    w, n = sim.w, sim.cconfig.support_n
     supporters = [h for h in w.honest if lesson in w.agents[h].supported]
-    enough = sum(sum(bool(flags[h][s]) for s in supporters) > sim.cconfig.support_n for h in w.honest)
+    enough = 0
+    for h in w.honest:
+        counted = sum(bool(flags[h][s]) for s in supporters)
+        heard = sum(bool(flags[h][s] or backing[h][s]) for s in supporters)
+        enough += counted > n or (counted >= n and heard > n)
     return enough / len(w.honest)
 
 
@@ -735,7 +776,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 def summary(result: dict[str, Any]) -> str:
     keys = ("agents", "adversaries", "sybils", "strategy", "trust", "exchange", "nights", "true_lessons",
             "false_lessons", "true_common_fraction", "true_witnessed_fraction", "true_counted_fraction",
-            "honest_uncounted", "false_common",
+            "honest_uncounted", "honest_unheard", "false_common",
             "false_common_peak_fraction", "revocation_rounds", "fading_nights", "refutations",
             "forged_held_by_honest", "records", "wall_s")
     return report.table([(k, result.get(k)) for k in keys], title=f"commons (seed {result['seed']})")

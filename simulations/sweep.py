@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from neverest.commons import TrustConfig
 from neverest.config import Config
 from simulations import commons, report
 from simulations.adversaries import STRATEGIES
@@ -42,7 +43,7 @@ PEAK_TARGET: Final = 0.01
 # The figures a cell keeps (the rest of a commons result is the world's settings, the same in every cell).
 _KEPT: Final = ("agents", "seed", "strategy", "trust", "sybils", "honest_agents", "true_lessons", "false_lessons",
                 "true_common_fraction", "true_witnessed_fraction", "true_counted_fraction",
-                "honest_uncounted", "false_common", "false_common_peak_fraction",
+                "honest_uncounted", "honest_unheard", "false_common", "false_common_peak_fraction",
                 "revoked_everywhere", "forged_held_by_honest", "records", "refutations", "true_common_by_night",
                 "false_peak_by_night", "wall_s")
 
@@ -53,6 +54,7 @@ class Options:
     seeds: tuple[int, ...] = tuple(range(1, 11))
     strategies: tuple[str, ...] = STRATEGIES
     trust: str = "earned"
+    corroboration: int = TrustConfig.corroboration  # earned: 0 turns corroboration off (the rule before it)
     nights: int = 30
     sybils: int = 10
     adversaries: float = 0.3
@@ -81,7 +83,8 @@ def run_cell(opts: Options, cell: Cell) -> dict[str, Any]:
     result = commons.run(commons.Options(
         agents=cell.agents, adversaries=opts.adversaries, nights=opts.nights, trust=opts.trust, seed=cell.seed,
         world=replace(opts.world, sybils_per_adversary=opts.sybils), config=opts.config,
-        strategy=cell.strategy, fading=False, quiet=True))
+        trust_config=TrustConfig(corroboration=opts.corroboration), strategy=cell.strategy, fading=False,
+        quiet=True))
     return {k: result[k] for k in _KEPT}
 
 
@@ -121,6 +124,7 @@ def row(strategy: str, agents: int, runs: list[dict[str, Any]]) -> dict[str, Any
         "true_counted_fraction_min": min((r["true_counted_fraction"] for r in runs
                                           if r.get("true_counted_fraction") is not None), default=None),
         "honest_uncounted_max": max(r.get("honest_uncounted", 0) for r in runs),
+        "honest_unheard_max": max(r.get("honest_unheard", 0) for r in runs),
         "false_common_max": false_common, "false_common_peak_fraction_max": peak,
         "wall_s_mean": statistics.fmean(r["wall_s"] for r in runs), "wall_s_total": sum(r["wall_s"] for r in runs),
         "passed": passed,
@@ -145,7 +149,8 @@ def run(opts: Options) -> dict[str, Any]:
             rows.append(row(strategy, agents, runs))
     result: dict[str, Any] = {
         "experiment": "sweep",
-        "trust": opts.trust, "nights": opts.nights, "adversaries": opts.adversaries,
+        "trust": opts.trust, "corroboration": opts.corroboration, "nights": opts.nights,
+        "adversaries": opts.adversaries,
         "sybils_per_adversary": opts.sybils, "agents": list(opts.agents), "seeds": list(opts.seeds),
         "strategies": list(opts.strategies), "workers": opts.workers,
         "targets": {"true_common_fraction": TRUE_TARGET, "true_common_fraction_under": dict(TRUE_TARGET_UNDER),
@@ -171,14 +176,15 @@ def _cell_order(opts: Options) -> Any:
 
 
 _HEADER: Final = ("strategy", "N", "seeds", "true min", "true mean", "witnessed min", "counted min",
-                  "uncounted max", "false_common max", "peak max", "wall s/run", "result")
-_SEED_HEADER: Final = ("strategy", "N", "seed", "true", "witnessed", "counted", "uncounted", "false_common", "peak")
+                  "uncounted max", "unheard max", "false_common max", "peak max", "wall s/run", "result")
+_SEED_HEADER: Final = ("strategy", "N", "seed", "true", "witnessed", "counted", "uncounted", "unheard", "false_common",
+                       "peak")
 
 
 def _cells_of(r: dict[str, Any]) -> list[Any]:
     return [r["strategy"], r["agents"], r["seeds"], r["true_common_fraction_min"], r["true_common_fraction_mean"],
             r["true_witnessed_fraction_min"], r["true_counted_fraction_min"], r["honest_uncounted_max"],
-            r["false_common_max"], r["false_common_peak_fraction_max"],
+            r["honest_unheard_max"], r["false_common_max"], r["false_common_peak_fraction_max"],
             round(r["wall_s_mean"], 1), "PASS" if r["passed"] else "FAIL"]
 
 
@@ -197,7 +203,9 @@ def table_markdown(result: dict[str, Any]) -> str:
         return "-" if v is None else str(v)
 
     lines = [
-        f"`--trust {result['trust']}`, {result['adversaries']:.0%} adversaries with {result['sybils_per_adversary']} "
+        f"`--trust {result['trust']}`"
+        + (f" `--corroboration {result['corroboration']}`" if result.get("corroboration", 1) != 1 else "")
+        + f", {result['adversaries']:.0%} adversaries with {result['sybils_per_adversary']} "
         f"Sybil keys each (sybil-swarm: 10 per honest agent), {result['nights']} nights, seeds "
         f"{_span(result['seeds'])}; targets: true min >= 0.95 (>= 0.90 under refute-spam), false_common 0, "
         f"peak <= 0.01 in every seed. Whole sweep "
@@ -214,14 +222,15 @@ def table_markdown(result: dict[str, Any]) -> str:
     if failed:
         lines += ["", "Every seed of the rows that FAIL: `witnessed`, the true lessons that more than `support_n` "
                   "honest agents met; `counted`, those of them that, at >= 95 % of honest agents, more than "
-                  "`support_n` of their honest supporters count; `uncounted`, the honest agents that fewer than "
-                  "95 % of the other honest agents count.", "",
+                  "`support_n` of their honest supporters count (or at least `support_n` count and the rest "
+                  "corroborate); `uncounted`, the honest agents that fewer than 95 % of the other honest agents "
+                  "count; `unheard`, those that fewer than 95 % count or take as corroborating.", "",
                   "| " + " | ".join(_SEED_HEADER) + " |", "|" + "---|" * len(_SEED_HEADER)]
         for c in result["cells"]:
             if (c["strategy"], c["agents"]) in failed:
                 values = [c["strategy"], c["agents"], c["seed"], c["true_common_fraction"],
                           c["true_witnessed_fraction"], c.get("true_counted_fraction"), c.get("honest_uncounted"),
-                          c["false_common"], c["false_common_peak_fraction"]]
+                          c.get("honest_unheard"), c["false_common"], c["false_common_peak_fraction"]]
                 lines.append("| " + " | ".join(fmt(v) for v in values) + " |")
     return "\n".join(lines) + "\n"
 

@@ -14,7 +14,7 @@ import nacl.signing
 import pytest
 
 from neverest.clock import iso
-from neverest.commons import fact_of
+from neverest.commons import TrustConfig, fact_of
 from neverest.config import Config
 from neverest.records import lesson_hash, parse, sign_confirm, sign_lesson, sign_refute
 from simulations import commons, sweep
@@ -253,21 +253,33 @@ def test_every_strategy_runs_the_experiment_reproducibly(strategy: str) -> None:
     assert first == once() and first["strategy"] == strategy and first["forged_held_by_honest"] == 0
 
 
-def test_the_ceilings_bound_the_true_figure_and_earned_loses_what_only_uncredited_honest_agents_confirm() -> None:
+def test_the_ceilings_bound_the_true_figure_and_corroboration_recovers_what_uncredited_honest_agents_confirm(
+        ) -> None:
     """In the sweep's world at N = 30 (echo, seed 4) two honest agents never publish a lesson first, so
-    under earned no other honest agent counts them; the true lessons only they lift past support_n
-    are lost, and the figure sits exactly on the ceiling the policy leaves.  Under any, everyone counts."""
-    def run(trust: str) -> dict[str, object]:
+    under earned no other honest agent counts them.  Without corroboration the true lessons only they lift
+    past support_n are lost, and the figure sits exactly on the ceiling the policy leaves; with it (the
+    default) they corroborate, and the figure reaches the ceiling the world leaves, with no false lesson
+    common.  Under any, everyone counts."""
+    def run(trust: str, corroboration: int = 1) -> dict[str, object]:
         return commons.run(commons.Options(agents=30, adversaries=0.3, nights=30, seed=4, trust=trust,
                                            world=WorldOptions(sybils_per_adversary=10), strategy="echo",
+                                           trust_config=TrustConfig(corroboration=corroboration),
                                            fading=False, quiet=True))
 
-    earned = run("earned")
-    assert earned["honest_uncounted"] == 2
-    true, counted, witnessed = (earned[k] for k in ("true_common_fraction", "true_counted_fraction",
-                                                      "true_witnessed_fraction"))
-    assert isinstance(true, float) and isinstance(counted, float) and isinstance(witnessed, float)
+    def figures(result: dict[str, object]) -> tuple[float, float, float]:
+        true, counted, witnessed = (result[k] for k in ("true_common_fraction", "true_counted_fraction",
+                                                        "true_witnessed_fraction"))
+        assert isinstance(true, float) and isinstance(counted, float) and isinstance(witnessed, float)
+        return true, counted, witnessed
+
+    before = run("earned", corroboration=0)
+    assert before["honest_uncounted"] == before["honest_unheard"] == 2
+    true, counted, witnessed = figures(before)
     assert true == counted < witnessed < 0.95
+    after = run("earned")
+    assert after["honest_uncounted"] == 2 and after["honest_unheard"] == 0
+    assert figures(after) == (witnessed, witnessed, witnessed)
+    assert after["false_common"] == 0 and after["false_common_peak_fraction"] == 0.0
     anyone = run("any")
     assert anyone["honest_uncounted"] == 0 and anyone["true_counted_fraction"] == anyone["true_witnessed_fraction"]
 

@@ -7,12 +7,13 @@ by source like every refusal, so ``neverestctl status`` and /metrics show them; 
 counted as ``evicted`` under the source ``budget``).
 
 **Who is trusted** (``Rank.TRUSTED``: never refused or evicted for the budget): the origins the
-owner named (``trust_allow``, ``domain_origins``), those of peers the owner added by hand or in
-the config (``peer_addresses``/``peers`` with source ``manual`` or ``config``), and origins that
-signed at least ``vouch_min_verified`` lessons or confirmations of lessons whose predictions came
-true in this memory's own sessions (what ``commons.vouched`` counts as verified, without the
-policy's other conditions: room is cheaper to give than support).  Not trusted for room: origins
-that only repeated this memory's own lessons, since anyone can copy a published lesson.
+owner named (``neverestctl trust add``, ``trust_allow``, ``domain_origins``), those of peers the
+owner added by hand or in the config (``peer_addresses``/``peers`` with source ``manual`` or
+``config``), and origins that signed at least ``vouch_min_verified`` lessons or confirmations of
+lessons whose predictions came true in this memory's own sessions (what ``commons.vouched`` counts
+as verified, without the policy's other conditions: room is cheaper to give than support).  Not
+trusted for room: origins that only repeated this memory's own lessons, since anyone can copy a
+published lesson.
 **Known** (``Rank.KNOWN``): origins of the peer table, identities that exchanged signed gossip
 with this memory.  **Unknown**: all others; the 1 000 self-made origins of a flood are unknown.
 
@@ -44,6 +45,7 @@ from neverest.config import Config
 from neverest.memory import holdings
 from neverest.memory.budget import LASTING, Bound, Holding, Limits, Offer, Rank, decide
 from neverest.memory.queries import budget as q
+from neverest.memory.queries import trust as trust_queries
 from neverest.records import MAX_RECORD_BYTES, Record, RecordError
 
 OVER_BUDGET: Final = "over-budget"
@@ -68,8 +70,8 @@ def _names(text: str) -> set[str]:
 
 def trusted_origins(db: sqlite3.Connection, config: Config) -> set[str]:
     """The module docstring's trusted origins (this memory's own excepted: it has its own rank)."""
-    return (_names(config.trust_allow) | _names(config.domain_origins) | q.chosen_peer_origins(db)
-            | q.verified_supporters(db, max(config.vouch_min_verified, 1)))
+    return (_names(config.trust_allow) | _names(config.domain_origins) | trust_queries.named_origins(db)
+            | q.chosen_peer_origins(db) | q.verified_supporters(db, max(config.vouch_min_verified, 1)))
 
 
 class Gate:

@@ -15,8 +15,9 @@ sequence.  The sequences are:
 - **sync**: through one transport (a shared folder, an HTTP commons): sign what is
   pending, move records both ways through the one receive function, judge, render.
 - **settle**: judge and render after records arrived by another path (gossip).
-- **publish / unpublish / revoke / forget**: the owner's writes, each followed by
-  what it changes downstream (signing, judging, rendering).
+- **publish / unpublish / revoke / forget / name / unname**: the owner's writes, each
+  followed by what it changes downstream (signing, judging, rendering); naming an origin
+  (``neverestctl trust``) changes whose support counts, so the states are judged again.
 
 A ``Memory`` works on an open ``Store`` (a file for the daemon and the CLI, ``:memory:``
 in the simulator) with an identity, the configuration and an injected clock.  A home
@@ -36,7 +37,7 @@ from typing import Any, BinaryIO, Protocol
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
-from neverest.memory import holdings, views
+from neverest.memory import holdings, trusted, views
 from neverest.memory import publish as publishing
 from neverest.memory.embed import Embedder, load_embedder
 from neverest.memory.events import IngestResult, ingest, ingest_lines
@@ -48,11 +49,12 @@ from neverest.memory.queries import injections as injection_queries
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
+from neverest.memory.queries import trust as trust_queries
 from neverest.memory.recall import Hit, recall
 from neverest.memory.receive import REFUTE_FLOOD, REFUTE_PUBLISHER
 from neverest.memory.render import render
 from neverest.memory.sleep import sleep
-from neverest.memory.states import commons_pass, trust_filter, verdict
+from neverest.memory.states import commons_pass, config_named, trust_filter, verdict
 from neverest.memory.store import Store, open_store
 from neverest.records import Record
 
@@ -232,6 +234,38 @@ class Memory:
         record = publishing.revoke(self.store, self.identity, target, self.clock.now())
         self.settle()
         return record
+
+    def name(self, origin: str, *, note: str | None = None) -> dict[str, Any]:
+        """Name ``origin`` as trusted (``neverestctl trust add``), then judge again with it counted."""
+        origin = self._origin(origin)
+        if origin == self.identity.origin:
+            raise OwnerError(f"{origin} is this memory's own origin: its own support always counts here")
+        with self.store.write() as db:
+            new = trust_queries.name(db, origin, note=note, added=iso(self.clock.now()))
+        self.settle()
+        return {"origin": origin, "new": new, "note": note}
+
+    def unname(self, origin: str) -> dict[str, Any]:
+        """Stop naming ``origin`` (``neverestctl trust remove``), then judge again without it.  An origin
+        named in config.toml's ``trust_allow`` stays named: the command never edits the config."""
+        origin = self._origin(origin)
+        with self.store.write() as db:
+            removed = trust_queries.unname(db, origin)
+        if removed:
+            self.settle()
+        return {"origin": origin, "removed": removed, "in_config": origin in config_named(self.config)}
+
+    def trusted(self) -> dict[str, Any]:
+        """Who is trusted here and why (memory/trusted.py)."""
+        return {"policy": self.config.trust, "support_n": self.config.support_n,
+                "origins": [e.to_json() for e in trusted.listing(self.store.db, self.config, self.identity.origin)]}
+
+    @staticmethod
+    def _origin(text: str) -> str:
+        try:
+            return trusted.parse_origin(text)
+        except trusted.OriginError as exc:
+            raise OwnerError(str(exc)) from None
 
     # -- reading -----------------------------------------------------------------------------
 

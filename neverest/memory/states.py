@@ -14,10 +14,11 @@ from collections.abc import Callable
 from datetime import datetime
 
 from neverest.clock import parse_time
-from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, TrustConfig, Verdict, earned, judge, vouched
+from neverest.commons import REMOVED, REVOKED, CommonsConfig, Fact, Trust, TrustConfig, Verdict, earned, judge, vouched
 from neverest.config import Config
 from neverest.memory import holdings
 from neverest.memory.queries import lessons, predictions, status
+from neverest.memory.queries import trust as trust_queries
 from neverest.memory.store import Store
 
 
@@ -26,9 +27,21 @@ def commons_config(config: Config) -> CommonsConfig:
                          revoke_quorum=config.revoke_quorum, future_tolerance_s=config.future_tolerance_s)
 
 
+def config_named(config: Config) -> set[str]:
+    """The origins named in the config (``trust_allow``)."""
+    return {o.strip() for o in config.trust_allow.split(",") if o.strip()}
+
+
+def named_origins(db: sqlite3.Connection, config: Config) -> set[str]:
+    """The origins the owner named: ``neverestctl trust add`` (the store) and ``trust_allow`` (the config)."""
+    return config_named(config) | trust_queries.named_origins(db)
+
+
 def trust_filter(db: sqlite3.Connection, config: Config, own_origin: str) -> Callable[[str], bool]:
-    """Which origins count as support under the configured trust policy."""
-    allowed = {o.strip() for o in config.trust_allow.split(",") if o.strip()}
+    """Which origins count as support under the configured trust policy (under ``earned``, a
+    ``commons.Trust``, which also says which corroborate).  Named origins count under every policy;
+    they are read from the store at every call, so a running daemon follows ``neverestctl trust``."""
+    allowed = named_origins(db, config)
     if config.trust == "any":
         return lambda origin: True
     if config.trust == "peers":
@@ -45,7 +58,12 @@ def trust_config(config: Config) -> TrustConfig:
     return TrustConfig(damping=config.trust_damping, steps=config.trust_steps)
 
 
-def _earned(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Callable[[str], bool]:
+def _earned(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Trust:
+    return earned(earned_facts(db, own_origin), own=own_origin, config=trust_config(config),
+                  allowed=frozenset(allowed))
+
+
+def earned_facts(db: sqlite3.Connection, own_origin: str) -> dict[str, list[Fact]]:
     """The facts ``commons.earned`` judges by: every claim held (lessons, confirmations, refutations,
     as signed, with when each first reached this memory), and this memory's own tests as claims of
     its own (its own lessons when it learned them, its predictions that came true or were refuted
@@ -61,11 +79,19 @@ def _earned(db: sqlite3.Connection, config: Config, own_origin: str, allowed: se
         kind = {"confirmed": "confirm", "refuted": "refute"}.get(outcome)
         if kind is not None:
             by_lesson.setdefault(target, []).append(Fact(kind=kind, origin=own_origin, at=parse_time(resolved)))  # type: ignore[arg-type]
-    return earned(by_lesson, own=own_origin, config=trust_config(config), allowed=frozenset(allowed))
+    return by_lesson
 
 
 def _vouched(db: sqlite3.Connection, config: Config, own_origin: str, allowed: set[str]) -> Callable[[str], bool]:
-    """The facts ``commons.vouched`` judges by, from this memory's own tests.
+    by_verified, by_refuted, resolved = vouched_facts(db)
+    return vouched(by_verified, by_refuted, resolved=resolved, own=own_origin,
+                   min_verified=config.vouch_min_verified, min_resolved=config.vouch_min_resolved,
+                   allowed=frozenset(allowed))
+
+
+def vouched_facts(db: sqlite3.Connection) -> tuple[Counter[str], Counter[str], int]:
+    """The facts ``commons.vouched`` judges by, from this memory's own tests: lessons each origin
+    supported that were verified here, that were refuted here, and how many this memory resolved.
 
     Verified here: this memory's own lessons, and lessons with a prediction that came true.
     Refuted here: lessons whose predictions failed and never came true.  A real memory's
@@ -84,9 +110,7 @@ def _vouched(db: sqlite3.Connection, config: Config, own_origin: str, allowed: s
             by_verified[str(origin)] += 1
         elif target in refuted:
             by_refuted[str(origin)] += 1
-    return vouched(by_verified, by_refuted, resolved=len(verified | refuted), own=own_origin,
-                   min_verified=config.vouch_min_verified, min_resolved=config.vouch_min_resolved,
-                   allowed=frozenset(allowed))
+    return by_verified, by_refuted, len(verified | refuted)
 
 
 def facts(held: list[holdings.Held]) -> list[Fact]:

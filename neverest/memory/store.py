@@ -322,8 +322,20 @@ INSERT INTO episodes_fts(episodes_fts) VALUES ('rebuild');
 INSERT INTO lessons_fts(lessons_fts) VALUES ('rebuild')
 """
 
+# Version 9: the origins the owner named (``neverestctl trust add``, memory/queries/trust.py): they count
+# as support under every trust policy and are pre-trusted under ``earned``, like ``trust_allow`` in the
+# config, which stays read-only to the command.  Kept here, not in config.toml, so that a running daemon
+# reads them at its next commons pass, and with the owner's note and when it was added.
+_SCHEMA_V9: Final = """
+CREATE TABLE trusted (
+    origin TEXT PRIMARY KEY,
+    note TEXT NOT NULL DEFAULT '',
+    added TEXT NOT NULL
+) WITHOUT ROWID
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6,
-                                      _SCHEMA_V7, _SCHEMA_V8)
+                                      _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

@@ -18,6 +18,7 @@ daemon's fault.
     {"op": "folder_sync", "dir": PATH}
     {"op": "commons", "action": "push"|"pull", "url": URL, "token_file": PATH}
     {"op": "forget", "episode": ID} | {"op": "forget", "session": S} | {"op": "forget", "before": ISO-TIME}
+    {"op": "trust", "action": "add", "origin": ORIGIN, "note": TEXT|null} | {"op": "trust", "action": "remove", ...}
 """
 
 from __future__ import annotations
@@ -136,6 +137,17 @@ class ControlOps:
         result = await self.state.worker.write(
             lambda memory: memory.forget(episode=episode, session=session, before=before))
         return {"result": result}
+
+    async def op_trust(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Name an origin, or stop naming it: the daemon's next verdicts (this one's included) count it."""
+        action, origin, note = request.get("action"), _str(request, "origin"), request.get("note")
+        if action not in ("add", "remove"):
+            raise BadRequest('"action" must be "add" or "remove"')
+        if note is not None and (not isinstance(note, str) or len(note) > 4096):
+            raise BadRequest('"note" must be a string of at most 4096 characters')
+        if action == "add":
+            return {"result": await self.state.worker.write(lambda memory: memory.name(origin, note=note))}
+        return {"result": await self.state.worker.write(lambda memory: memory.unname(origin))}
 
     async def op_folder_sync(self, request: dict[str, Any]) -> dict[str, Any]:
         transport = FolderTransport(Path(_str(request, "dir")))
