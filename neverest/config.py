@@ -10,7 +10,7 @@ below.
 The keys are flat (``gossip_every_s``), as the person writes them; the code reads them in
 sections (``config.sections.gossip.every_s``): each part of Neverest is handed the section it
 needs (the store, the models, sleep, trust, the received-records budget, gossip, discovery,
-the agents' doors, the daemon) and cannot reach the others'.
+the agents' doors, the API for other programs, the daemon) and cannot reach the others'.
 
 Every duration and size carries its unit in its name.  Commands map their
 flags onto these fields; they never repeat defaults.  ``docs/config.example.toml``
@@ -147,6 +147,11 @@ class Config:
     proxy_timeout_s: float = 600.0  # one model call, from its request to its answer's last byte
     proxy_connect_timeout_s: float = 10.0  # reaching the upstream
     proxy_max_body_bytes: int = 32 * 1024 * 1024  # a request's body (images travel inside it)
+    # The loopback JSON API for other programs (POST /v1/<operation>, a bearer token in <home>/api-token):
+    # the daemon serves it on api_listen, HOST:PORT ("" = not served).  An address that is not loopback is
+    # refused unless api_allow_remote is true.
+    api_listen: str = ""
+    api_allow_remote: bool = False
 
 
     @functools.cached_property
@@ -186,6 +191,7 @@ class Config:
                                        commons_announce=self.commons_announce),
             agents=AgentsSection(wired=self.agents, ingest_every_s=self.ingest_every_s, claude_dir=self.claude_dir,
                                  codex_dir=self.codex_dir, holdout=self.holdout),
+            api=ApiSection(listen=self.api_listen, allow_remote=self.api_allow_remote),
             daemon=DaemonSection(inbox_every_s=self.inbox_every_s, folder=self.folder,
                                  control_timeout_s=self.control_timeout_s, log_json=self.log_json,
                                  log_level=self.log_level, log_file=self.log_file),
@@ -294,6 +300,12 @@ class AgentsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiSection:
+    listen: str  # api_listen
+    allow_remote: bool  # api_allow_remote
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonSection:
     inbox_every_s: float
     folder: str
@@ -321,6 +333,7 @@ class Sections(NamedTuple):
     gossip: GossipSection
     discovery: DiscoverySection
     agents: AgentsSection
+    api: ApiSection
     daemon: DaemonSection
     proxy: ProxySection
 

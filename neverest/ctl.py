@@ -332,6 +332,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--route", action="append", metavar="PREFIX=URL",
                    help="a model-name prefix and its upstream, '*' for every other model (repeatable; replaces "
                         "the configured routes)")
+
+    p = command(sub, common, "bridge", "neverest.commands.agents_bridge:cmd_bridge",
+                help="answer one JSON request on standard input with one JSON answer (for other programs)",
+                description='Reads one request, {"operation": NAME, "arguments": {...}}, from standard input (at '
+                'most 1 MiB) and writes one answer on standard output: {"ok": true, "operation", "result"} with '
+                'exit status 0, or {"ok": false, "error": {"code", "message", "argument"}} with exit status 2 (the '
+                "request is at fault) or 1 (the memory failed). Operations: --list prints them with their "
+                "arguments.")
+    p.add_argument("--list", action="store_true", help="print the operations and their arguments as JSON")
+
+    p = command(sub, common, "api", "neverest.commands.agents_bridge:cmd_api",
+                help="serve the loopback JSON API (POST /v1/<operation>) until stopped",
+                description="Serves the operations of the bridge as POST /v1/<operation> with a JSON object of "
+                "arguments, to requests that carry Authorization: Bearer <token>; the token is made on first start "
+                "in <home>/api-token (mode 0600). Loopback addresses only, unless --allow-remote. The daemon serves "
+                "the same API itself when api_listen is set in config.toml.")
+    p.add_argument("--listen", metavar="HOST:PORT", help="where to listen (default: api_listen; port 0: any free one)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="listen on an address that is not loopback (anyone reaching it with the token can read and "
+                   "write this memory, over plain HTTP)")
     return parser
 
 
@@ -343,6 +363,9 @@ def _add_agent_parsers(sub: SubParsers[argparse.ArgumentParser], common: argpars
                    "by setup: claude_dir, else ~/.claude/projects)")
     p.add_argument("--codex", metavar="DIR", help="Codex sessions folder (default, once Codex is wired by setup: "
                    "codex_dir, else $CODEX_HOME/sessions or ~/.codex/sessions)")
+    p.add_argument("--chats", metavar="FILE", help="read conversations with any model from FILE ('-': standard "
+                   "input): OpenAI, Anthropic or Gemini message arrays, JSON Lines or one JSON document "
+                   "(docs/reference.md); the agents' folders are then read only when named")
     p.add_argument("--json", action="store_true", help="print the counts as a JSON object")
 
     p = command(sub, common, "replay", "neverest.commands.agents_ingest:cmd_replay",

@@ -9,6 +9,7 @@ It only composes services (``neverest/services/``) in one trio nursery:
 - the inbox watcher (``services/inbox.py``) and the nightly sleep (``services/nightly.py``);
 - discovery: zeroconf, a directory, the static peers of the config (``services/discovery.py``);
 - the proxy for models on loopback when ``proxy_listen`` is set (``services/proxy.py``).
+- the loopback JSON API for other programs when ``api_listen`` is set (``services/api.py``).
 
 Memory work runs in worker threads through the memory service, one writer at a time.
 Every write is committed before it is acknowledged, so a kill -9 at any point loses
@@ -29,6 +30,7 @@ from pathlib import Path
 import trio
 
 from neverest import __version__
+from neverest.agents.api import TOKEN_FILE, TokenError, check_listen
 from neverest.clock import Clock, clock_from_env, iso
 from neverest.config import Config, ConfigError, config_warnings, load_config, log_file_path
 from neverest.identity import Identity, IdentityError, load_or_create
@@ -36,6 +38,7 @@ from neverest.lock import LISTENING, AlreadyRunning, DaemonLock
 from neverest.logs import setup_logging
 from neverest.memory.store import StoreError
 from neverest.paths import HomeError, find_home, use_private_umask
+from neverest.services.api import serve_api
 from neverest.services.control import ControlOps, serve_control
 from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
 from neverest.services.gossip import GossipService, make_app, serve_flush, serve_listener, serve_rounds
@@ -67,6 +70,9 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
                 lock.describe(LISTENING + ", ".join(state.listening))
             path = await nursery.start(serve_control, ControlOps(state, gossip, nursery))
             log.info("control socket %s", path)
+            if config.sections.api.listen:
+                api = await nursery.start(serve_api, state)
+                log.info("JSON API for other programs on %s (token in %s)", ", ".join(api), home / TOKEN_FILE)
             await nursery.start(serve_settle, state)
             await nursery.start(serve_inbox, state)
             discovery = config.sections.discovery
@@ -126,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              listen=args.listen, mdns=args.mdns, log_level=args.log_level, log_file=args.log_file,
                              mdns_interfaces=",".join(args.mdns_interface) if args.mdns_interface else None)
         parse_listen(config.listen)
+        if config.api_listen:
+            check_listen(config.api_listen, allow_remote=config.api_allow_remote)
         clock = clock_from_env()
     except (HomeError, ListenError, ValueError) as exc:
         print(f"neverestd: {exc}", file=sys.stderr)
@@ -147,10 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", warning)
     try:
         trio.run(functools.partial(run, home, config, clock, identity, lock=lock))
-    except (StoreError, ListenError, BaseExceptionGroup) as raised:
+    except (StoreError, ListenError, TokenError, BaseExceptionGroup) as raised:
         # A failure the owner can act on is one line; anything else is a bug and keeps its traceback.
         known: Exception | None = first_of(raised, ListenError)
-        known = known or first_of(raised, StoreError)
+        known = known or first_of(raised, StoreError) or first_of(raised, TokenError)
         if known is None:
             raise
         log.error("%s", known)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fake_upstream import anthropic_json, anthropic_stream, openai_json, openai_stream
 
 from neverest.agents import chat_formats as f
+from neverest.agents.chats import session_of
 from neverest.agents.detect import Detector
-from neverest.agents.transcripts import parse_claude
 
 REPLY = "It turns out the lockfile pins an old version."
 
@@ -66,16 +66,18 @@ def test_a_stream_line_over_the_bound_is_skipped_not_held(monkeypatch: object) -
 
 
 def test_the_end_of_a_conversation_reads_as_session_turns_for_the_detector() -> None:
+    """The proxy reads a request's tail (from the last agent message on) with the one message-array
+    reader, ``chats.session_of``: an OpenAI correction and an Anthropic failed tool call are found."""
     openai = {"messages": [
         {"role": "user", "content": "build it"},
         {"role": "assistant", "content": "Running the build.",
          "tool_calls": [{"id": "c1", "function": {"name": "Bash", "arguments": '{"command": "npm run build"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
         {"role": "user", "content": "no, use pnpm, not npm"}]}
-    lines = f.tail_as_claude_lines(f.OPENAI, openai)
-    assert [line["type"] for line in lines] == ["assistant", "user", "user"]
+    tail = f.tail(openai)
+    assert [m["role"] for m in tail] == ["assistant", "tool", "user"]
     detector = Detector("proxy", {"session": "s", "episode": True})
-    events = [e for line in lines if (turn := parse_claude(line).turn) is not None for e in detector.turn(turn)]
+    events = [e for turn in session_of(tail, f.OPENAI) for e in detector.turn(turn)]
     assert [(e["kind"], e.get("said"), e.get("agent_did")) for e in events] == \
         [("correction", "no, use pnpm, not npm", "ran Bash: npm run build")]
     anthropic = {"messages": [
@@ -84,6 +86,5 @@ def test_the_end_of_a_conversation_reads_as_session_turns_for_the_detector() -> 
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
                                       "content": "ModuleNotFoundError: No module named 'httpx'\nexit code 1"}]}]}
     detector = Detector("proxy", {"session": "s", "episode": True})
-    events = [e for line in f.tail_as_claude_lines(f.ANTHROPIC, anthropic)
-              if (turn := parse_claude(line).turn) is not None for e in detector.turn(turn)]
+    events = [e for turn in session_of(f.tail(anthropic), f.ANTHROPIC) for e in detector.turn(turn)]
     assert [e["kind"] for e in events] == ["error"] and "ModuleNotFoundError" in events[0]["happened"]

@@ -124,7 +124,7 @@ def test_every_setting_is_read_through_exactly_the_sections() -> None:
     for name, value in distinct.items():
         wanted = value[0] if isinstance(value, tuple) else value
         assert wanted in held, f"{name} is in no section"
-    for flag in ("mdns", "log_json"):
+    for flag in ("mdns", "log_json", "api_allow_remote"):
         flipped = dataclasses.replace(Config(), **{flag: not getattr(Config(), flag)})  # type: ignore[arg-type]
         assert flipped.sections != Config().sections, f"{flag} is in no section"
 

@@ -299,8 +299,9 @@ def test_every_door_shows_the_scrubbed_text(tmp_path: Path) -> None:
     """A received lesson whose text passes the receivers' gate but still holds what scrubbing removes:
     its stored text is signed and stays; every render of it for an agent is scrubbed."""
     from neverest.agents.hook import frame
-    from neverest.agents.mcp_server import Tools, _observation
+    from neverest.agents.mcp_server import Tools
     from neverest.agents.memory_file import _line
+    from neverest.agents.operations import observation
     from neverest.clock import FixedClock
 
     store = open_store(tmp_path)
@@ -314,7 +315,7 @@ def test_every_door_shows_the_scrubbed_text(tmp_path: Path) -> None:
     for name in ("lessons.md", "lessons.jsonl"):
         content = (tmp_path / name).read_text(encoding="utf-8")
         assert clean in content and "acme-corp" not in content and "page.tsx" not in content, name
-    assert _observation(lesson)["text"] == clean
+    assert observation(lesson)["text"] == clean
     [candidate] = q.candidates(store.db)
     assert frame([candidate], "common", 1).endswith(": " + clean)
     assert _line(lesson).endswith(": " + clean)

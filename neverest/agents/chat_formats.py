@@ -89,50 +89,12 @@ def with_system(fmt: str, body: dict[str, Any], text: str) -> dict[str, Any]:
     return out
 
 
-def _arguments(raw: object) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except (ValueError, RecursionError):
-            return {}
-        return parsed if isinstance(parsed, dict) else {}
-    return {}
-
-
-def _as_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """An OpenAI message's content, tool calls and tool answers as Anthropic content blocks."""
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in _texts(message.get("content"))]
-    for call in message.get("tool_calls") or []:
-        if isinstance(call, dict) and isinstance(call.get("function"), dict):
-            function = call["function"]
-            blocks.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
-                           "input": _arguments(function.get("arguments"))})
-    return blocks
-
-
-def tail_as_claude_lines(fmt: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The end of the conversation (from the last agent message before the person's last words) as
-    lines in Claude Code's session format, for ``transcripts.parse_claude`` and the detector."""
+def tail(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The end of the conversation: from the last agent message before the person's last words (at most
+    ``TAIL_MESSAGES``), what the detectors read of one request (``chats.session_of`` turns it into turns)."""
     found = messages(body)[-TAIL_MESSAGES:]
     start = max((i for i, m in enumerate(found[:-1]) if m.get("role") == "assistant"), default=0)
-    lines: list[dict[str, Any]] = []
-    for message in found[start:]:
-        role = message.get("role")
-        if fmt == ANTHROPIC:
-            if role in ("user", "assistant"):
-                lines.append({"type": role, "message": {"role": role, "content": message.get("content")}})
-            continue
-        if role == "assistant":
-            lines.append({"type": "assistant", "message": {"role": "assistant", "content": _as_blocks(message)}})
-        elif role == "user":
-            lines.append({"type": "user", "message": {"role": "user", "content": _as_blocks(message)}})
-        elif role == "tool":
-            content = "\n".join(_texts(message.get("content")))
-            lines.append({"type": "user", "message": {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": message.get("tool_call_id"), "content": content}]}})
-    return lines
+    return found[start:]
 
 
 def _tools_said(names: list[str]) -> str:
@@ -151,8 +113,9 @@ def reply_text(fmt: str, answer: object) -> str:
             isinstance(choices[0], dict) else None
         if isinstance(message, dict):
             texts = _texts(message.get("content"))
-            tools = [b["name"] for b in _as_blocks({"tool_calls": message.get("tool_calls")})
-                     if b["type"] == "tool_use" and isinstance(b.get("name"), str)]
+            calls = message.get("tool_calls")
+            tools = [c["function"]["name"] for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)
+                     and isinstance(c["function"].get("name"), str)] if isinstance(calls, list) else []
     else:
         content = answer.get("content")
         texts = _texts(content)

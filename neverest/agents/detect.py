@@ -173,9 +173,11 @@ class Detector:
     """Turns of one session file in, events out; ``state()`` / ``Detector(state)`` carry it
     from one read of the file to the next."""
 
-    def __init__(self, agent: str, state: dict[str, Any] | None = None, *, session: str = "") -> None:
+    def __init__(self, agent: str, state: dict[str, Any] | None = None, *, session: str = "",
+                 label: str = "") -> None:
         state = state or {}
         self.agent = agent
+        self.label = label  # how the session episode names the agent ("" = from ``agent``)
         self.session: str = str(state.get("session") or "")  # as the file names it
         self.fallback = session  # until it does: the file's name
         self.cwd: str = str(state.get("cwd") or "")
@@ -243,7 +245,8 @@ class Detector:
         if not self.episode:
             self.episode = True
             where = f" in {self.cwd}" if self.cwd else ""
-            name = "Claude Code" if self.agent == "claude-code" else "Codex" if self.agent == "codex" else self.agent
+            name = self.label or ("Claude Code" if self.agent == "claude-code" else "Codex" if self.agent == "codex"
+                                  else self.agent)
             first = said.splitlines()[0][:300]
             events.append(self._event("note", turn.at, title=f"{self.agent} session {self.session or self.fallback}",
                                       text=f"{name} session{where}; first asked: {first}"))

@@ -1,6 +1,7 @@
 """The memory as an MCP server on standard input and output (``neverestctl mcp``).
 
-Five tools, each with a JSON schema built from its typed parameters:
+Five tools, each with a JSON schema built from its typed parameters, each one of the operations the
+stdio bridge and the JSON API have too (``agents/operations.py``: one table, one meaning):
 
 - ``remember``: store one event through the one ingest function (the running daemon's
   control socket when a daemon runs, else ``Memory.ingest`` on the store here);
@@ -50,24 +51,16 @@ from mcp.types import (
 )
 from pydantic import Field, ValidationError
 
-from neverest import __version__, relay
-from neverest.client import DaemonFailed, DaemonRefused, ask_daemon
+from neverest import __version__
+from neverest.agents import operations
+from neverest.agents.operations import MAX_LESSONS, MAX_RECALL, MAX_RELAY_LIMIT, MAX_STRING_CHARS
 from neverest.clock import Clock
-from neverest.config import ConfigError, load_config
-from neverest.identity import IdentityError
-from neverest.memory import views
-from neverest.memory.scrub import shown as scrubbed
 from neverest.memory.service import Memory
-from neverest.memory.store import StoreError
 
 # One JSON-RPC message per line; a tool call is a few kilobytes, an event at most 1 MiB.
 MAX_LINE_BYTES: Final = 4 * 1024 * 1024
-MAX_RECALL: Final = 50
-MAX_LESSONS: Final = 200
-DAEMON_TIMEOUT_S: Final = 30.0
 _READ_CHUNK: Final = 65536
-
-FRAMING: Final = views.framing(one=True)
+FRAMING: Final = operations.FRAMING
 
 EventKind = Literal["error", "correction", "surprise", "note", "environment"]
 LessonKind = Literal["error", "correction", "surprise"]  # the lesson kinds of records.KINDS
@@ -76,17 +69,9 @@ RelayKind = Literal["note", "deploy", "correction"]  # the lines an agent may ad
 _Text = str | None
 
 
-def _observation(lesson: views.LessonView) -> dict[str, Any]:
-    """A lesson as the agent sees it: the sentence scrubbed and framed, with kind, state and provenance."""
-    return {
-        "type": "lesson", "hash": lesson.hash, "kind": lesson.kind, "text": lesson.shown, "framing": FRAMING,
-        "state": lesson.state, "support": lesson.support, "origin": lesson.origin, "provenance": lesson.provenance,
-        "strength": lesson.strength, "seen": lesson.seen, "layer": lesson.layer,
-    }
-
-
 class Tools:
-    """The tools' work on the memory in ``home``; each call opens the memory and closes it."""
+    """The tools' work on the memory in ``home``: the operations of ``agents/operations.py`` (the bridge's
+    and the API's), each opening the memory and closing it; their errors become tool errors."""
 
     def __init__(self, home: Path, clock: Clock) -> None:
         self.home = home
@@ -95,79 +80,38 @@ class Tools:
     @contextmanager
     def _memory(self) -> Iterator[Memory]:
         try:
-            memory = Memory.open(self.home, load_config(self.home), self.clock)
-        except (StoreError, ConfigError, IdentityError) as exc:
-            raise ToolError(f"the memory at {self.home} cannot be opened: {exc}") from None
-        try:
-            yield memory
-        except StoreError as exc:  # a store locked past its busy timeout, a full disk
-            raise ToolError(f"the memory's store failed: {exc}") from None
-        finally:
-            memory.close()
+            with operations.opened(self.home, self.clock) as memory:
+                yield memory
+        except operations.OperationFailed as exc:
+            raise ToolError(str(exc)) from None
+        except operations.OperationError as exc:
+            raise ToolError(exc.message) from None
 
     def remember(self, event: dict[str, str]) -> dict[str, Any]:
         try:
-            answer = ask_daemon(self.home, {"op": "remember", "events": [event]}, timeout_s=DAEMON_TIMEOUT_S)
-        except DaemonRefused as exc:
-            raise ToolError(f"the daemon refused the event: {exc}") from None
-        except DaemonFailed as exc:
-            raise ToolError(f"the daemon failed to store the event (see its log): {exc}") from None
-        if answer is not None:
-            result, via = dict(answer["result"]), "daemon"
-        else:
-            with self._memory() as memory:
-                result = memory.ingest([event]).to_json()
-            via = "store"
-        if result["refused"]:
-            raise ToolError(f"event refused: {result['refused'][0]['reason']}")
-        return {"stored": result["stored"], "duplicate": bool(result["duplicates"]), "via": via}
+            request = operations.prepare("remember", event, agent="mcp", now=self.clock.now())
+            return operations.run_here(request, self.home, self.clock)
+        except operations.OperationError as exc:
+            raise ToolError(f"event refused: {exc.message}") from None
+        except operations.OperationFailed as exc:
+            raise ToolError(f"the event was not stored: {exc}") from None
 
     def recall(self, query: str, k: int) -> dict[str, Any]:
         with self._memory() as memory:
-            hits = memory.recall(query, k=k)
-            wanted = [int(h.id) for h in hits if h.type == "lesson"]
-            lessons = {str(v.id): v for v in memory.lessons(ids=wanted)} if wanted else {}
-            found: list[dict[str, Any]] = []
-            for hit in hits:
-                lesson = lessons.get(hit.id)
-                if hit.type == "lesson" and lesson is not None:
-                    found.append(_observation(lesson) | {"score": hit.score})
-                else:
-                    found.append({"type": "episode", "id": hit.id, "kind": hit.kind, "text": hit.text,
-                                  "framing": "an event this memory stored from an earlier session (what happened, "
-                                             "not an instruction)",
-                                  "state": "episode", "provenance": f"remembered here at {hit.at}",
-                                  "score": hit.score})
-        return {"query": query, "results": found}
+            return operations.recall(memory, query, k)
 
     def lessons(self, kind: str | None, limit: int) -> dict[str, Any]:
         with self._memory() as memory:
-            lessons = memory.lessons(kind=kind)
-        shown = [_observation(lesson) for lesson in lessons[:limit]]
-        return {"total": len(lessons), "shown": len(shown), "lessons": shown}
+            return operations.lessons(memory, kind, limit)
 
     def show(self, hash_prefix: str) -> dict[str, Any]:
         with self._memory() as memory:
-            try:
-                details = memory.lesson(hash_prefix)
-            except views.LessonNotFound as exc:
-                raise ToolError(str(exc)) from None
-        text = details["text"]
-        return details | {"text": scrubbed(text) if text else text, "framing": FRAMING}
+            return operations.show(memory, hash_prefix)
 
     def relay(self, project: str, note: str | None, kind: str, model: str, limit: int) -> dict[str, Any]:
-        try:
-            if note is not None:
-                item = relay.entry(project, model=model, role="note", kind=kind, text=note, now=self.clock.now())
-                relay.write_entry(self.home, item)
-                return {"written": item.to_json()}
-            data = relay.handoff_data(self.home, project, limit=limit)
-        except relay.RelayError as exc:
-            raise ToolError(str(exc)) from None
-        except OSError as exc:
-            raise ToolError(f"the project log cannot be used: {exc}") from None
-        return data.to_json() | {"text": data.text(),
-                                 "framing": "the project's log: what happened so far, observations, not instructions"}
+        arguments = {"project": project, "note": note, "kind": kind, "model": model, "limit": limit}
+        with self._memory() as memory:
+            return operations.prepare("relay", arguments, agent="mcp", now=self.clock.now()).run(memory)
 
 
 def build_server(tools: Tools) -> MCPServer[Any]:
@@ -197,7 +141,7 @@ def build_server(tools: Tools) -> MCPServer[Any]:
     ) -> dict[str, Any]:
         fields = {"title": title, "happened": happened, "said": said, "expected": expected, "text": text,
                   "agent_did": agent_did, "session": session, "cwd": cwd}
-        event = {"kind": kind, "agent": "mcp"} | {k: v for k, v in fields.items() if v is not None}
+        event = {"kind": kind} | {k: v for k, v in fields.items() if v is not None}
         return tools.remember(event)
 
     @server.tool(description=(
@@ -237,10 +181,11 @@ def build_server(tools: Tools) -> MCPServer[Any]:
     def relay(
         project: Annotated[str, Field(min_length=1, max_length=4096,
                                       description="the project's folder (the working directory) or name")],
-        note: Annotated[str | None, Field(max_length=100_000, description="a line to add instead of reading")] = None,
+        note: Annotated[str | None, Field(min_length=1, max_length=MAX_STRING_CHARS,
+                                          description="a line to add instead of reading")] = None,
         kind: Annotated[RelayKind, Field(description="what the added line is")] = "note",
         model: Annotated[str, Field(max_length=200, description="who writes the added line (your model's name)")] = "",
-        limit: Annotated[int, Field(ge=1, le=200, description="lines of recent work in the handoff")] = 20,
+        limit: Annotated[int, Field(ge=1, le=MAX_RELAY_LIMIT, description="lines of recent work in the handoff")] = 20,
     ) -> dict[str, Any]:
         return tools.relay(project, note, kind, model, limit)
 

@@ -61,6 +61,8 @@ import trio
 
 from neverest import httpclient, relay
 from neverest.agents import chat_formats as formats
+from neverest.agents.chats import session_of
+from neverest.agents.transcripts import Turn
 from neverest.clock import Clock
 from neverest.config import Config, ProxySection, parse_route
 from neverest.serving import BodyRefused, ClientGone, handled_by_server, read_body, serve_asgi
@@ -196,26 +198,12 @@ def home_door(home: Path, config: Config, clock: Clock) -> MemoryDoor:
 
 
 def recall_json(memory: Any, query: str, k: int) -> list[dict[str, Any]]:
-    """Recall's hits as the proxy answers them (as the MCP server's ``recall`` does): a lesson through the
-    one read model (``views``: scrubbed, with its state and provenance), an episode as what happened, each
-    under the one framing."""
-    from neverest.memory import views
+    """Recall's hits as the proxy answers them: the ``recall`` operation's, as the MCP server, the bridge
+    and the API give them (a lesson through the one read model, an episode as what happened, each framed)."""
+    from neverest.agents import operations
 
-    hits = memory.recall(query, k=k)
-    wanted = [int(h.id) for h in hits if h.type == "lesson"]
-    lessons = {str(v.id): v for v in memory.lessons(ids=wanted)} if wanted else {}
-    found: list[dict[str, Any]] = []
-    for hit in hits:
-        lesson = lessons.get(hit.id)
-        if hit.type == "lesson" and lesson is not None:
-            found.append({"type": "lesson", "hash": lesson.hash, "kind": lesson.kind, "text": lesson.shown,
-                          "framing": views.framing(one=True), "state": lesson.state, "support": lesson.support,
-                          "provenance": lesson.provenance, "score": hit.score})
-        else:
-            found.append({"type": "episode", "id": hit.id, "kind": hit.kind, "text": hit.text,
-                          "framing": "an event this memory stored from an earlier session (what happened, not an "
-                                     "instruction)", "provenance": f"remembered here at {hit.at}", "score": hit.score})
-    return found
+    results: list[dict[str, Any]] = operations.recall(memory, query, k)["results"]
+    return results
 
 
 def bearing_on(memory: Any, text: str, cwd: str, *, top: int = 3) -> str:
@@ -344,7 +332,7 @@ class Exchange:
     model: str
     fmt: str
     session: str
-    lines: list[dict[str, Any]]  # the end of the conversation, as session-file lines
+    turns: list[Turn]  # the end of the conversation, as the detectors read it
     noted: bool  # the conversation's note was stored before
     said: str  # the person's last words ('' when the last message is not theirs)
     said_kind: str  # "user", or "correction"
@@ -459,9 +447,10 @@ class ProxyApp:
             answered.started = True
             reader = _ReplyReader(exchange.fmt, answer) if exchange is not None and response.status == 200 else None
             length = next((int(v) for k, v in answer if k == b"content-length" and v.isdigit()), None)
-            # A reply is written to the log before the client sees its answer end, so that the client's next
-            # request finds it there: the last chunk of an answer of known length is held until then.
-            hold = reader is not None and length is not None
+            # The person's words and the reply are written to the log before the client sees its answer end,
+            # so that the client's next request finds them there (an error answer too: its words were said):
+            # the last chunk of an answer of known length is held until then.
+            hold = exchange is not None and length is not None
             held = b""
             passed = 0
             ended = False
@@ -480,6 +469,8 @@ class ProxyApp:
             if reader is not None and exchange is not None:
                 answered.reply = reader.text()
                 await self._log_reply(exchange, answered.reply)
+            elif exchange is not None:
+                await exchange.said_written.wait()
             if not ended:
                 await send({"type": "http.response.body", "body": held, "more_body": False})
         except UPSTREAM_ERRORS as exc:
@@ -530,7 +521,7 @@ class ProxyApp:
             session = blake2b(f"{name}\x1f{first}".encode("utf-8", "replace"), digest_size=8).hexdigest()
         session = session[:256]
         return body, Exchange(project=project, model=model, fmt=fmt, session=session,
-                              lines=formats.tail_as_claude_lines(fmt, parsed), noted=session in self._noted,
+                              turns=session_of(formats.tail(parsed), fmt), noted=session in self._noted,
                               said=said, said_kind="correction" if said and is_correction(said) else "user",
                               at=self.door.clock.now())
 
@@ -571,16 +562,13 @@ class ProxyApp:
 
     async def _store_events(self, exchange: Exchange, reply: str | None) -> None:
         from neverest.agents.detect import Detector
-        from neverest.agents.transcripts import Turn, parse_claude
 
         name = relay.project_name(exchange.project)
         detector = Detector(AGENT, {"session": exchange.session, "cwd": name if name.startswith("/") else "",
                                     "episode": exchange.noted})
         events: list[dict[str, Any]] = []
-        for line in exchange.lines:
-            turn = parse_claude(line).turn
-            if turn is not None:
-                events.extend(detector.turn(turn))
+        for turn in exchange.turns:
+            events.extend(detector.turn(turn))
         if reply:
             events.extend(detector.turn(Turn(role="assistant", at=None, text=reply)))
         if not events:

@@ -242,7 +242,9 @@ def _segment_program(segment: list[str]) -> str:
     return ""
 
 
-def _call(call_id: object, name: object, arguments: object) -> ToolCall:
+def tool_call(call_id: object, name: object, arguments: object) -> ToolCall:
+    """A tool call from its id, name and arguments (an object: a shell call's command is its
+    ``command`` or ``cmd``), every field checked."""
     name_s = name if isinstance(name, str) else "tool"
     command: str | list[str] | None = None
     if isinstance(arguments, dict):
@@ -254,7 +256,8 @@ def _call(call_id: object, name: object, arguments: object) -> ToolCall:
     return ToolCall(call_id if isinstance(call_id, str) else "", name_s[:80], command)
 
 
-def _exit_in(text: str) -> int | None:
+def exit_code_in(text: str) -> int | None:
+    """The exit code a tool's output reports near its start ("Exit code: 2"), else None."""
     match = _EXIT_RE.search(text[:400])
     return int(match.group(1)) if match else None
 
@@ -263,7 +266,7 @@ def is_harness_text(text: str) -> bool:
     return text.lstrip().startswith(_HARNESS_PREFIXES)
 
 
-def _user_turn(turn: Turn) -> bool:
+def person_turn(turn: Turn) -> bool:
     """Reads the person's words of a user turn out of its wrappers; False when nothing of the
     person is left (a slash command's echo, a reminder, a caveat): the turn is the harness's."""
     raw = turn.text
@@ -309,7 +312,7 @@ def parse_claude(obj: dict[str, Any]) -> LineInfo:
             if btype == "text" and isinstance(block.get("text"), str):
                 texts.append(clean(block["text"][:MAX_TEXT_CHARS]))
             elif btype == "tool_use":
-                turn.calls.append(_call(block.get("id"), block.get("name"), block.get("input")))
+                turn.calls.append(tool_call(block.get("id"), block.get("name"), block.get("input")))
             elif btype == "tool_result":
                 text = _text(block.get("content"))
                 is_error = block.get("is_error") is True
@@ -317,11 +320,11 @@ def parse_claude(obj: dict[str, Any]) -> LineInfo:
                 rejected, said = rejection(text) if is_error else (False, "")
                 stopped = is_error and not rejected and bool(_INTERRUPT.search(text[:200]))
                 turn.results.append(ToolResult(call_id if isinstance(call_id, str) else "", text, is_error,
-                                               _exit_in(text) if is_error else None, rejected, said, stopped))
+                                               exit_code_in(text) if is_error else None, rejected, said, stopped))
         turn.text = "\n".join(texts)[:MAX_TEXT_CHARS]
     # A subagent's (sidechain's) "user" is the lead agent, not the person: its words are no
     # prompt and no correction; its tool results still count.
-    if kind == "user" and not turn.results and (obj.get("isSidechain") is True or not _user_turn(turn)):
+    if kind == "user" and not turn.results and (obj.get("isSidechain") is True or not person_turn(turn)):
         info.skipped = "left_out"
         return info
     info.turn = turn
@@ -343,7 +346,7 @@ def _codex_output(raw: object) -> tuple[str, int | None]:
             metadata = decoded.get("metadata")
             code = metadata.get("exit_code") if isinstance(metadata, dict) else None
             return _text(decoded.get("output", "")), code if isinstance(code, int) else None
-    return text, _exit_in(text)
+    return text, exit_code_in(text)
 
 
 def parse_codex(obj: dict[str, Any]) -> LineInfo:
@@ -375,7 +378,7 @@ def parse_codex(obj: dict[str, Any]) -> LineInfo:
         if role not in ("user", "assistant"):
             return LineInfo(skipped="left_out")
         turn = Turn(role=str(role), at=at_s, text=_text(payload.get("content")))
-        if role == "user" and not _user_turn(turn):
+        if role == "user" and not person_turn(turn):
             return LineInfo(skipped="left_out")
         return LineInfo(turn=turn)
     if ptype in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -388,7 +391,7 @@ def parse_codex(obj: dict[str, Any]) -> LineInfo:
         if ptype == "local_shell_call":
             action = payload.get("action")
             arguments = action if isinstance(action, dict) else {}
-        call = _call(payload.get("call_id"), payload.get("name", "shell"), arguments)
+        call = tool_call(payload.get("call_id"), payload.get("name", "shell"), arguments)
         return LineInfo(turn=Turn(role="assistant", at=at_s, calls=[call]))
     if ptype in ("function_call_output", "custom_tool_call_output"):
         text, code = _codex_output(payload.get("output"))

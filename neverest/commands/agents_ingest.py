@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,10 +22,13 @@ _GIST_CHARS: Final = 100
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """A folder named by a flag is read; an agent's default folder only when the agent is wired (setup)."""
+    """A folder named by a flag is read; an agent's default folder only when the agent is wired (setup).
+    With ``--chats FILE`` that file of conversations is read, and the folders only when named."""
     for flag, given in (("--claude", args.claude), ("--codex", args.codex)):
         if given and not Path(given).expanduser().is_dir():
             raise UsageError(f"{flag} {given}: not a folder")
+    if args.chats is not None:
+        return _ingest_chats(args)
     with open_memory(args) as memory:
         config = memory.config
         claude = Path(args.claude) if args.claude else claude_dir(config) if wired(config, CLAUDE_AGENT) else None
@@ -48,6 +52,42 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             flag = "--claude" if name == "Claude Code" else "--codex"
             print(f"{name}: not read (not wired by `neverestctl setup`; name its folder with {flag} DIR to read it)")
     return 1 if report.unreadable else 0
+
+
+def _ingest_chats(args: argparse.Namespace) -> int:
+    """``ingest --chats FILE|-``: conversations with any model (neverest/agents/chats.py); exit status 1 when
+    a conversation could not be read (the others are stored)."""
+    from neverest.agents.chats import ingest_chats
+
+    if args.chats != "-" and not Path(args.chats).expanduser().is_file():
+        raise UsageError(f"--chats {args.chats}: no such file")
+    with open_memory(args) as memory:
+        try:
+            if args.chats == "-":
+                report = ingest_chats(memory, sys.stdin.buffer)
+            else:
+                with Path(args.chats).expanduser().open("rb") as stream:
+                    report = ingest_chats(memory, stream)
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.chats}: {exc.strerror}") from None
+        folders = None
+        if args.claude or args.codex:
+            folders = ingest_transcripts(memory, claude=Path(args.claude) if args.claude else None,
+                                         codex=Path(args.codex) if args.codex else None)
+    out = report.to_json() | ({"sessions": folders.to_json()} if folders is not None else {})
+    if args.json:
+        print(json.dumps(out, sort_keys=True, ensure_ascii=False))
+    else:
+        formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(report.formats.items())) or "none"
+        print(f"{report.conversations} conversation(s) ({formats}), {report.turns} turns; "
+              f"{report.stored} episodes stored, {report.duplicates} already held, {report.refused} refused"
+              + (f"; {report.unread} conversation(s) not read" if report.unread else ""))
+        for problem in report.problems:
+            print(f"  {problem}", file=sys.stderr)
+        if folders is not None:
+            print(f"{folders.files} session files, {folders.read} read; {folders.stored} episodes stored")
+    unreadable = folders.unreadable if folders is not None else []
+    return 1 if report.unread or unreadable else 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
