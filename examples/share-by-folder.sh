@@ -7,10 +7,17 @@ trap 'rm -rf "$work"' EXIT
 shared=$work/shared project=$work/project
 mkdir -p "$project"
 ctl() { local who=$1; shift; neverestctl --home "$work/$who" "$@"; }
-# Five brand-new memories have tested nothing yet, so the default trust policy ("earned") would count
-# nobody's support; this walkthrough shows the states move, so it counts every origin (and says so).
-export NEVEREST_TRUST=any
+# Five brand-new memories have tested nothing yet, so under the default trust policy ("earned") they count
+# nobody's support until it is earned.  A team names its members instead (README, "Sharing with a team").
+unset NEVEREST_TRUST
 for m in A B C D E; do ctl $m init >/dev/null; done
+for m in A B C D E; do
+  for other in A B C D E; do
+    [ "$m" = "$other" ] || ctl $m trust add "$(ctl $other id --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["origin"])')" >/dev/null
+  done
+done
+echo "== each memory names the other four"
+ctl A trust list
 sync_all() { for _ in 1 2; do for m in A B C D E; do ctl $m folder sync "$shared" >/dev/null; done; done; }
 err=(--kind error --title "pip install -e ." --happened "fails without --no-build-isolation")
 
@@ -35,6 +42,10 @@ export NEVEREST_NOW=2026-03-04T03:00:00Z
 for m in C D E; do ctl $m sleep >/dev/null; done
 sync_all
 for m in A B C D E; do echo -n "$m: "; ctl $m lessons | tail -n +2; done   # rows without the header
+
+echo "== one prediction window (14 days) after B-E first held it: common at all five"
+export NEVEREST_NOW=2026-03-16T03:00:00Z
+for m in A B C D E; do echo -n "$m: "; ctl $m lessons | tail -n +2; done
 
 echo "== 91 days later, with no new support"
 export NEVEREST_NOW=2026-06-03T03:00:00Z

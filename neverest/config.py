@@ -464,6 +464,13 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
             raise ConfigError(f"{path}: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    if isinstance(values.get("routes"), dict):
+        # A [routes] table (prefix = "url", '"*"' for every other model) reads as the list form.
+        table = values["routes"]
+        bad = [k for k, v in table.items() if not isinstance(v, str)]
+        if bad:
+            raise ConfigError(f"{path}: [routes] {bad[0]!r}: give the upstream as a string URL")
+        values["routes"] = [f"{prefix}={url}" for prefix, url in table.items()]
     names = [f.name for f in fields(Config)]
     unknown = set(values) - set(names)
     if unknown:

@@ -327,6 +327,18 @@ def test_routes_come_from_the_environment_and_the_proxy_stays_on_loopback(tmp_pa
     with pytest.raises(ConfigError, match="loopback"):
         load_config(tmp_path, {"NEVEREST_PROXY_LISTEN": "0.0.0.0:7429"})
     assert load_config(tmp_path, {"NEVEREST_PROXY_LISTEN": "[::1]:7429"}).sections.proxy.listen == "[::1]:7429"
+    # config.toml: a [routes] table, or the list form; a table entry that is not a URL string is named
+    (tmp_path / "config.toml").write_text('proxy_listen = "127.0.0.1:7429"\n[routes]\n'
+                                          'gpt = "https://api.openai.com"\n"*" = "http://127.0.0.1:11434"\n')
+    routes = Routes.parse(load_config(tmp_path, {}).sections.proxy.routes)
+    assert routes.upstream("gpt-4o") == "https://api.openai.com" and routes.upstream("llama3") == \
+        "http://127.0.0.1:11434"
+    (tmp_path / "config.toml").write_text('routes = ["claude=https://api.anthropic.com"]\n')
+    assert Routes.parse(load_config(tmp_path, {}).sections.proxy.routes).upstream("claude-x") == \
+        "https://api.anthropic.com"
+    (tmp_path / "config.toml").write_text('[routes]\ngpt = 7\n')
+    with pytest.raises(ConfigError, match=r"\[routes\] 'gpt'"):
+        load_config(tmp_path, {})
 
 
 def test_the_relay_command_adds_lines_and_prints_the_handoff(tmp_path: Path, capsys: pytest.CaptureFixture[str]
