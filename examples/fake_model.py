@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -32,11 +32,11 @@ def handed(body: dict[str, Any]) -> str:
 
 
 class Model(BaseHTTPRequestHandler):
-    replies: list[str] = ["done"]
+    replies: ClassVar[list[str]] = ["done"]
     handed_file = ""
     calls = 0
 
-    def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         if length > MAX_BODY_BYTES:
             self.send_error(413)
@@ -60,7 +60,7 @@ class Model(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the standard library's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
