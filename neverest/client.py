@@ -27,8 +27,8 @@ SOCKET_FILE: Final = "control.sock"
 MAX_ANSWER_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_TIMEOUT_S: Final = 600.0  # a sleep through the daemon reads and learns for a while
 # The keys of a status answer that only a running daemon knows (the rest is what the store holds).
-DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "mdns", "peers", "last_round",
-                      "exchanges", "warnings")
+DAEMON_KEYS: Final = ("version", "pid", "uptime_s", "next_sleep", "listen", "proxy", "api", "mdns", "peers",
+                      "last_round", "exchanges", "warnings")
 
 
 class ControlError(Exception):

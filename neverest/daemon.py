@@ -71,8 +71,9 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             path = await nursery.start(serve_control, ControlOps(state, gossip, nursery))
             log.info("control socket %s", path)
             if config.sections.api.listen:
-                api = await nursery.start(serve_api, state)
-                log.info("JSON API for other programs on %s (token in %s)", ", ".join(api), home / TOKEN_FILE)
+                state.serving_api = await nursery.start(serve_api, state)
+                log.info("JSON API for other programs on %s (token in %s)", ", ".join(state.serving_api),
+                         home / TOKEN_FILE)
             await nursery.start(serve_settle, state)
             await nursery.start(serve_inbox, state)
             discovery = config.sections.discovery

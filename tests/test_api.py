@@ -288,6 +288,9 @@ def test_the_daemon_serves_the_api_and_the_bridge_goes_through_it(home: Path) ->
                                  input=json.dumps({"operation": "remember", "arguments": ERROR | {"session": "s2"}}),
                                  capture_output=True, text=True, env=_env(), cwd=REPO, timeout=60)
         recalled = post(url, "recall", {"query": "cargo build linker"}, token)
+        status = subprocess.run([sys.executable, "-m", "neverest.ctl", "--home", str(home), "status"],
+                                capture_output=True, text=True, env=_env(), cwd=REPO, timeout=60)
+    assert f"api          {url} (POST /v1/<operation>" in status.stdout, status.stdout
     assert stored.json()["result"] == {"stored": 1, "duplicate": False, "via": "daemon"}
     assert json.loads(bridged.stdout)["result"] == {"stored": 1, "duplicate": False, "via": "daemon"}
     assert len(recalled.json()["result"]["results"]) == 2

@@ -29,6 +29,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(f"{'daemon':<12} up {daemon['uptime_s']:.0f} s, pid {daemon['pid']}; next sleep {daemon['next_sleep']}")
         print(f"{'listening':<12} {', '.join(daemon['listen']) or '-'}")
+        if daemon.get("proxy"):
+            print(f"{'proxy':<12} {', '.join(daemon['proxy'])} (models: /v1/chat/completions, /v1/messages)")
+        if daemon.get("api"):
+            print(f"{'api':<12} {', '.join(daemon['api'])} (POST /v1/<operation>, token in api-token)")
         last_round = daemon["last_round"]
         print(f"{'peers':<12} {len(daemon['peers'])} address(es); last round "
               + (f"{last_round['at']} with {len(last_round['exchanges'])} peer(s)" if last_round else "none yet"))

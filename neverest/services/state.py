@@ -61,6 +61,7 @@ class DaemonState:
     started: float = field(default_factory=time.monotonic)
     listening: list[str] = field(default_factory=list)
     proxying: list[str] = field(default_factory=list)  # the proxy for models' addresses, when it runs
+    serving_api: list[str] = field(default_factory=list)  # the JSON API's addresses, when it runs
     last_round: dict[str, Any] | None = None
     quiet_rounds: int = 0  # rounds in a row that found every peer in sync (gossip/pace.py)
     last_night: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ async def daemon_status(state: DaemonState) -> dict[str, Any]:
         "version": __version__, "pid": os.getpid(), "uptime_s": round(time.monotonic() - state.started, 1),
         "next_sleep": iso(next_sleep(state.clock.now(), state.config)), "listen": state.listening,
         "proxy": state.proxying,  # where the proxy for models listens ([] when proxy_listen is unset)
+        "api": state.serving_api,  # where the JSON API listens ([] when api_listen is unset)
         "mdns": state.config.mdns,  # as it runs: --no-mdns overrides config.toml
         "peers": [{"url": a.url, "origin": a.origin, "source": a.source, "last_seen": a.last_seen, "score": a.score,
                    "ignored_until": a.ignored_until} for a in addresses],
