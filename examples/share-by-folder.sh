@@ -50,7 +50,7 @@ for m in A B C D E; do echo -n "$m: "; ctl $m lessons | tail -n +2; done
 echo "== 91 days later, with no new support"
 export NEVEREST_NOW=2026-06-03T03:00:00Z
 for m in A B C D E; do echo -n "$m: "; ctl $m lessons | tail -n +2; done   # rows without the header
-hash=$(ctl A lessons --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["hash"])')
+hash=$(ctl A lessons --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[0])["hash"])')
 ctl B show "$hash"
 
 echo "== A revokes it; after a sync it is gone everywhere"
@@ -63,4 +63,4 @@ for m in A B C D E; do echo "$m: $(ctl $m lessons --json | wc -l) lesson(s)"; do
 echo "== an old copy of A's file comes back: the lesson does not"
 cp "$work/old-A.jsonl" "$shared/$origin_a.jsonl"
 for m in B C D E; do ctl $m folder sync "$shared" >/dev/null; echo "$m: $(ctl $m lessons --json | wc -l) lesson(s)"; done
-ctl B show "$hash" | head -2
+ctl B show "$hash" | sed -n 1,2p   # sed reads it all: no SIGPIPE for neverestctl
