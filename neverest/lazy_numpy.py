@@ -8,30 +8,36 @@ imports at start-up write::
     if TYPE_CHECKING:
         import numpy as np
     else:
-        from neverest.lazy_numpy import np
+        from neverest.lazy_numpy import numpy_for
+
+        np = numpy_for(__name__)
 
 and keep using ``np.`` as before (type checkers see the real module).  The first attribute read
-imports numpy; it must not be used in a default argument or at module level, which would defeat it.
+imports numpy and puts it in place of the stand-in in the holding module, so later calls pay nothing;
+``np`` must not be used in a default argument or at module level, which would defeat it.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import sys
 from typing import Any
 
 
 class _LazyNumpy:
-    __slots__ = ("_module",)
+    __slots__ = ("_holder",)
 
-    def __init__(self) -> None:
-        self._module: ModuleType | None = None
+    def __init__(self, holder: str) -> None:
+        self._holder = holder
 
     def __getattr__(self, name: str) -> Any:
-        module = self._module
-        if module is None:
-            module = self._module = importlib.import_module("numpy")
-        return getattr(module, name)
+        numpy = importlib.import_module("numpy")
+        module = sys.modules.get(self._holder)
+        if module is not None and getattr(module, "np", None) is self:
+            module.np = numpy  # type: ignore[attr-defined]  # the module's functions now find numpy itself
+        return getattr(numpy, name)
 
 
-np: Any = _LazyNumpy()
+def numpy_for(holder: str) -> Any:
+    """A stand-in for numpy in the module named ``holder`` (pass ``__name__``), bound there as ``np``."""
+    return _LazyNumpy(holder)

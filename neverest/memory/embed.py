@@ -51,7 +51,9 @@ if TYPE_CHECKING:
     FloatArray: TypeAlias = npt.NDArray[np.float32]
 else:
     # numpy on first use: the daemon imports this module at start-up but embeds only in a pass.
-    from neverest.lazy_numpy import np
+    from neverest.lazy_numpy import numpy_for
+
+    np = numpy_for(__name__)
 
     FloatArray = Any  # only ever an annotation; the real alias is the type checker's
 

@@ -80,7 +80,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 else:
     # numpy on first use: the daemon imports this module at start-up, and idle it receives nothing.
-    from neverest.lazy_numpy import np
+    from neverest.lazy_numpy import numpy_for
+
+    np = numpy_for(__name__)
 
 CANDIDATE_STRENGTH: Final = 0.5
 # Refusal codes of this module's rules (records.REASONS holds the record-format ones).
