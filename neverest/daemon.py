@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import logging
 import random
 import sys
@@ -30,7 +31,6 @@ from pathlib import Path
 import trio
 
 from neverest import __version__
-from neverest.agents.api import TOKEN_FILE, TokenError, check_listen
 from neverest.clock import Clock, clock_from_env, iso
 from neverest.config import Config, ConfigError, config_warnings, load_config, log_file_path
 from neverest.identity import Identity, IdentityError, load_or_create
@@ -38,18 +38,22 @@ from neverest.lock import LISTENING, AlreadyRunning, DaemonLock
 from neverest.logs import setup_logging
 from neverest.memory.store import StoreError
 from neverest.paths import HomeError, find_home, use_private_umask
-from neverest.services.api import serve_api
-from neverest.services.control import ControlOps, serve_control
-from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
 from neverest.services.gossip import GossipService, make_app, serve_flush, serve_listener, serve_rounds
-from neverest.services.inbox import serve_inbox
-from neverest.services.ingest import serve_ingest
 from neverest.services.listen import ListenError, first_of, parse_listen
-from neverest.services.nightly import next_sleep, serve_nightly
-from neverest.services.proxy import serve_proxy
-from neverest.services.state import DaemonState, MemoryWorker, serve_settle
+from neverest.services.state import DaemonState, MemoryWorker
 from neverest.services.status import metrics_text
 from neverest.serving import stop_on_signals
+
+# What only serves once the peer listener answers: imported in a worker thread after it is up
+# (about a third of the start-up's imports, measured with -X importtime), so /healthz is answered
+# while they load.  The API's and the proxy's modules are imported only when they are configured.
+LATER_SERVICES = ("neverest.services.control", "neverest.services.discovery", "neverest.services.inbox",
+                  "neverest.services.ingest", "neverest.services.nightly")
+
+
+def _import_all(names: Sequence[str]) -> None:
+    for name in names:
+        importlib.import_module(name)
 
 log = logging.getLogger("neverestd")
 
@@ -68,9 +72,25 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             log.info("listening for peers on %s", ", ".join(state.listening))
             if lock is not None:
                 lock.describe(LISTENING + ", ".join(state.listening))
+            later = list(LATER_SERVICES)
+            later += ["neverest.services.api"] if config.sections.api.listen else []
+            later += ["neverest.services.proxy"] if config.sections.proxy.listen else []
+            # Cancellable: a SIGTERM while they load stops the daemon at once (an import left
+            # running in its thread ends with the process).
+            await trio.to_thread.run_sync(_import_all, later, abandon_on_cancel=True)
+            from neverest.services.control import ControlOps, serve_control
+            from neverest.services.discovery import add_static_peers, serve_directory, serve_mdns
+            from neverest.services.inbox import serve_inbox
+            from neverest.services.ingest import serve_ingest
+            from neverest.services.nightly import next_sleep, serve_nightly
+            from neverest.services.state import serve_settle
+
             path = await nursery.start(serve_control, ControlOps(state, gossip, nursery))
             log.info("control socket %s", path)
             if config.sections.api.listen:
+                from neverest.agents.api import TOKEN_FILE
+                from neverest.services.api import serve_api
+
                 state.serving_api = await nursery.start(serve_api, state)
                 log.info("JSON API for other programs on %s (token in %s)", ", ".join(state.serving_api),
                          home / TOKEN_FILE)
@@ -81,6 +101,8 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
                 await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             if config.sections.proxy.listen:
+                from neverest.services.proxy import serve_proxy
+
                 state.proxying = await nursery.start(serve_proxy, state)
                 log.info("the proxy for models listens on %s", ", ".join(state.proxying))
             await nursery.start(serve_rounds, gossip)
@@ -91,7 +113,7 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             if discovery.mdns:
                 host, _ = parse_listen(config.sections.gossip.listen)
                 port = int(state.listening[0].rpartition(":")[2])
-                await nursery.start(serve_mdns, state, port, host)
+                await nursery.start(serve_mdns, state, port, host)  # started at once; probes on its own
             log.info("neverestd %s ready as %s; next sleep %s", __version__, identity.origin,
                      iso(next_sleep(clock.now(), config)))
             task_status.started(state)
@@ -134,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              mdns_interfaces=",".join(args.mdns_interface) if args.mdns_interface else None)
         parse_listen(config.listen)
         if config.api_listen:
+            from neverest.agents.api import check_listen
+
             check_listen(config.api_listen, allow_remote=config.api_allow_remote)
         clock = clock_from_env()
     except (HomeError, ListenError, ValueError) as exc:
@@ -156,10 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", warning)
     try:
         trio.run(functools.partial(run, home, config, clock, identity, lock=lock))
-    except (StoreError, ListenError, TokenError, BaseExceptionGroup) as raised:
+    except (Exception, BaseExceptionGroup) as raised:
         # A failure the owner can act on is one line; anything else is a bug and keeps its traceback.
+        # The API's TokenError is looked up only if its module was loaded (the API is configured).
+        api = sys.modules.get("neverest.agents.api")
+        token_error: type[Exception] | None = getattr(api, "TokenError", None) if api is not None else None
         known: Exception | None = first_of(raised, ListenError)
-        known = known or first_of(raised, StoreError) or first_of(raised, TokenError)
+        known = known or first_of(raised, StoreError)
+        known = known or (first_of(raised, token_error) if token_error is not None else None)
         if known is None:
             raise
         log.error("%s", known)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from neverest.agents.ingest import default_codex_dir, ingest_transcripts
-from neverest.agents.measure import last_day_summary
 from neverest.agents.memory_file import claude_projects_dir, render_agent_memory, withdraw_agent_memory
 from neverest.agents.transcripts import CLAUDE_AGENT, CODEX_AGENT
 from neverest.config import Config
@@ -70,5 +69,8 @@ def render_for_agents(memory: Memory, lessons: list[LessonView]) -> None:
         text = morning.read_text(encoding="utf-8")
     except OSError:
         return
+    # Imported here: the measures bring numpy, which the daemon's ingest (this module) does not need.
+    from neverest.agents.measure import last_day_summary
+
     atomic_write(morning, (text.rstrip("\n") + "\n" + last_day_summary(memory) + "\n").encode("utf-8"),
                  mode=0o600 if os.name == "posix" else 0o644)

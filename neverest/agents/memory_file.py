@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from neverest.clock import iso
-from neverest.commons import COMMON
 from neverest.files import atomic_write
 from neverest.memory.queries import agent_memory
 from neverest.memory.service import Memory
@@ -217,6 +216,8 @@ def render_agent_memory(memory: Memory, *, claude_projects: Path, lessons: list[
             for project in lesson.projects:
                 own.setdefault(project, []).append(lesson)
     # Received lessons are shown only when common, once each, in every project; never one learned here too.
+    from neverest.commons import COMMON  # here: the commons module brings numpy, which ingest does not need
+
     own_hashes = {lesson.hash for lesson in lessons if lesson.own}
     received: dict[str, LessonView] = {}
     for lesson in lessons:

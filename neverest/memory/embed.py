@@ -38,9 +38,6 @@ from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
-
 from neverest.memory.model import Endpoint, ModelClient, ModelError
 from neverest.memory.space import DIM as DIM
 from neverest.memory.space import HASHED_SPACE as HASHED_SPACE
@@ -48,8 +45,17 @@ from neverest.memory.space import MODEL_SPACE_PREFIX as MODEL_SPACE_PREFIX
 
 if TYPE_CHECKING:
     import httpx
+    import numpy as np
+    import numpy.typing as npt
 
-FloatArray: TypeAlias = npt.NDArray[np.float32]
+    FloatArray: TypeAlias = npt.NDArray[np.float32]
+else:
+    # numpy on first use: the daemon imports this module at start-up but embeds only in a pass.
+    from neverest.lazy_numpy import numpy_for
+
+    np = numpy_for(__name__)
+
+    FloatArray = Any  # only ever an annotation; the real alias is the type checker's
 
 
 # Thresholds as docs/reference.md's "Sleep" section states them: an episode joins a lesson
@@ -77,7 +83,7 @@ _PROBE_TEXT: Final = "neverest embedding probe"
 # Episodes are a title and a gist; a text far longer than that would only risk a server that
 # refuses it over its context length, and with it the whole batch.
 MAX_MODEL_TEXT_CHARS: Final = 8192
-_FLOAT32_MAX: Final = float(np.finfo(np.float32).max)
+_FLOAT32_MAX: Final = 3.4028234663852886e38  # float(np.finfo(np.float32).max), without importing numpy
 
 # Words: runs of letters, digits, _, ' and - that begin and end with a letter, digit or _, so
 # that "--no-build-isolation" and "no-build-isolation" are one word, "don't" is one, and a
@@ -370,7 +376,12 @@ def cosine(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
 # written twice: assigning it twice changes nothing), so the length alone tells them
 # apart, and decoding many sparse blobs is one join and one scatter.  Small blobs keep
 # the episodes table narrow, which is what makes recall over 10 000 rows fast.
-_SPARSE_ENTRY: Final = np.dtype([("i", "u1"), ("v", "<f4")])  # packed: 5 bytes
+_SPARSE_FIELDS: Final = [("i", "u1"), ("v", "<f4")]  # packed: 5 bytes
+
+
+@functools.cache
+def _sparse_entry() -> np.dtype[Any]:
+    return np.dtype(_SPARSE_FIELDS)  # made on first use: numpy is imported lazily
 
 
 def to_blob(vector: npt.ArrayLike) -> bytes:
@@ -384,7 +395,7 @@ def to_blob(vector: npt.ArrayLike) -> bytes:
             # Repeat the last entry (or write index 0 = 0.0 for a zero vector).
             nonzero = np.append(nonzero, nonzero[-1] if len(nonzero) else 0)
         if 5 * len(nonzero) < 4 * DIM:
-            entries = np.empty(len(nonzero), dtype=_SPARSE_ENTRY)
+            entries = np.empty(len(nonzero), dtype=_sparse_entry())
             entries["i"] = nonzero
             entries["v"] = values[nonzero]
             return entries.tobytes()
@@ -423,7 +434,7 @@ def stack(blobs: Sequence[bytes], dim: int) -> FloatArray:
         if (lengths[sparse_rows] % 5).any():
             raise ValueError("a sparse blob is not a whole number of entries")
         sparse_blobs = blobs if sparse.all() else [b for b, s in zip(blobs, sparse.tolist(), strict=True) if s]
-        entries = np.frombuffer(b"".join(sparse_blobs), dtype=_SPARSE_ENTRY)
+        entries = np.frombuffer(b"".join(sparse_blobs), dtype=_sparse_entry())
         if len(entries) and int(entries["i"].max()) >= dim:
             raise ValueError(f"a sparse blob indexes beyond {dim} dimensions")
         out[np.repeat(sparse_rows, lengths[sparse_rows] // 5), entries["i"]] = entries["v"]

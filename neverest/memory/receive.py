@@ -53,10 +53,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, NamedTuple
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 from neverest import verify_pool
 from neverest.clock import iso, parse_time
@@ -77,6 +74,15 @@ from neverest.memory.scrub import scrub_check
 from neverest.memory.store import Store
 from neverest.records import Record, RecordError, claimed, parse_many, verified
 from neverest.verify_pool import Job, VerifierError, VerifyPool, default_processes
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    # numpy on first use: the daemon imports this module at start-up, and idle it receives nothing.
+    from neverest.lazy_numpy import numpy_for
+
+    np = numpy_for(__name__)
 
 CANDIDATE_STRENGTH: Final = 0.5
 # Refusal codes of this module's rules (records.REASONS holds the record-format ones).

@@ -322,11 +322,22 @@ class Discovery:
             parsed_addresses=list(advertised),
         )
         zc = Zeroconf(interfaces=self._interfaces)
-        self._zc = zc
+        # ``close`` may run in another thread while this one probes (the daemon does not wait for
+        # the ~2 s probe when it stops): whichever comes second must leave nothing running.
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._zc = zc
+        if closed:
+            zc.close()
+            return
         try:
             zc.register_service(info)
             self._info = info
-            self._browser = ServiceBrowser(zc, SERVICE_TYPE, listener=_Listener(self))
+            with self._lock:
+                if self._closed:  # closed while probing: no browser on a closed Zeroconf
+                    return
+                self._browser = ServiceBrowser(zc, SERVICE_TYPE, listener=_Listener(self))
         except BaseException:
             self.close()
             raise

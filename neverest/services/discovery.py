@@ -8,16 +8,23 @@ Zeroconf runs its own threads; its callbacks reach the nursery through a memory 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Final
 
 import trio
 
 from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
-from neverest.peers import directory, mdns
+from neverest.peers import directory
 from neverest.peers import table as peer_table
 from neverest.services.state import DaemonState
 
+if TYPE_CHECKING:
+    from neverest.peers import mdns
+
 log = logging.getLogger("neverestd.peers")
+# Zeroconf's goodbyes and the closing of its sockets took 0.25 s measured on loopback; a stop waits
+# for them this long at most, then leaves them to the process's exit.
+MDNS_CLOSE_S: Final = 0.3
 
 
 async def add_peer(state: DaemonState, url: str, source: str) -> None:
@@ -52,7 +59,13 @@ async def serve_directory(state: DaemonState, *, task_status: trio.TaskStatus[No
 
 async def serve_mdns(state: DaemonState, port: int, host: str, *,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Register this memory on zeroconf and add the peers seen."""
+    """Register this memory on zeroconf and add the peers seen.
+
+    Started at once: zeroconf's probe blocks about 2 s, and neither the daemon's readiness nor a
+    stop waits for it (a SIGTERM during the probe abandons it; ``close`` ends it).
+    """
+    from neverest.peers import mdns  # zeroconf and its threads only when mDNS is on (--no-mdns: never)
+
     send, receive = trio.open_memory_channel[mdns.Sighting](256)
     token = trio.lowlevel.current_trio_token()
 
@@ -66,10 +79,11 @@ async def serve_mdns(state: DaemonState, port: int, host: str, *,
     interfaces: list[str] | str = list(state.config.sections.discovery.mdns_interfaces) or "all"
     finder = mdns.Discovery(interfaces=interfaces, on_sighting=seen, on_gone=lambda origin: None)
     addresses = None if host in ("0.0.0.0", "::", "") else [host]
-    await trio.to_thread.run_sync(lambda: finder.start(state.identity.origin, port, addresses))
-    log.info("zeroconf: registered on %s", interfaces)
     task_status.started()
     try:
+        await trio.to_thread.run_sync(lambda: finder.start(state.identity.origin, port, addresses),
+                                      abandon_on_cancel=True)
+        log.info("zeroconf: registered on %s", interfaces)
         async for sighting in receive:
             if sighting.origin == state.identity.origin:
                 continue  # ourselves, seen on another interface
@@ -78,5 +92,5 @@ async def serve_mdns(state: DaemonState, port: int, host: str, *,
                 await add_peer(state, url, "mdns")
             log.info("zeroconf: found %s at %s", sighting.origin, ", ".join(sighting.addresses))
     finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(finder.close)
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + MDNS_CLOSE_S):
+            await trio.to_thread.run_sync(finder.close, abandon_on_cancel=True)

@@ -7,17 +7,25 @@ from typing import Any
 
 import trio
 
-from neverest.agents.doors import ingest_agents
+from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
 from neverest.services.state import DaemonState
 
 log = logging.getLogger("neverestd.ingest")
 
 
+def _ingest(memory: Memory) -> dict[str, Any]:
+    # Imported in the worker thread on the first pass, not when the daemon starts: the session
+    # readers (and the numpy they bring) would delay the first /healthz and stay resident for nothing.
+    from neverest.agents.doors import ingest_agents
+
+    return ingest_agents(memory)
+
+
 async def ingest_now(state: DaemonState) -> dict[str, Any] | None:
     """One pass over the agents' session files; None when the store was busy (the next pass catches up)."""
     try:
-        report = await state.worker.write(ingest_agents)
+        report = await state.worker.write(_ingest)
     except StoreError as exc:
         log.warning("ingest: %s", exc)
         return None

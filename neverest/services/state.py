@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import trio
 
-from neverest.agents.doors import render_for_agents
 from neverest.clock import Clock
 from neverest.config import Config
 from neverest.identity import Identity
@@ -19,9 +18,18 @@ from neverest.memory.embed import Embedder, load_embedder
 from neverest.memory.holdings import Refusal
 from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
+from neverest.memory.views import LessonView
 
 T = TypeVar("T")
 log = logging.getLogger("neverestd")
+
+
+def render_for_agents(memory: Memory, lessons: list[LessonView]) -> None:
+    """The agents' doors' renderer, imported when lessons are first rendered: the doors import the
+    session readers and numpy, which an idle daemon does not need resident (docs/figures.md)."""
+    from neverest.agents.doors import render_for_agents as render
+
+    render(memory, lessons)
 
 
 class MemoryWorker:
