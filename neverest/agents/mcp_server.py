@@ -44,7 +44,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -145,16 +145,16 @@ def _title(name: str) -> str:
 
 
 def _prop(name: str, description: str, kind: str, *, nullable: bool = False, default: object = ...,
-          **constraints: object) -> dict[str, Any]:
-    """One parameter: ``kind`` "string" or "integer", constraints in JSON Schema's words (enum, minLength,
-    maxLength, pattern, minimum, maximum); a nullable one is ``anyOf`` [the type, null], as pydantic
-    writes an ``X | None``."""
-    typed: dict[str, Any] = {"type": kind, **{k: list(v) if k == "enum" else v  # type: ignore[call-overload]
-                                              for k, v in constraints.items()}}
-    out: dict[str, Any] = {"anyOf": [typed, {"type": "null"}]} if nullable else dict(typed)
+          enum: Sequence[str] = (), **constraints: object) -> dict[str, Any]:
+    """One parameter: ``kind`` "string" or "integer", its choices (``enum``) and constraints in JSON Schema's
+    words (minLength, maxLength, pattern, minimum, maximum); a nullable one is ``anyOf`` [the type, null], as
+    pydantic writes an ``X | None``."""
+    typed: dict[str, Any] = ({"enum": list(enum)} if enum else {}) | {"type": kind, **constraints}
+    out: dict[str, Any] = {"anyOf": [dict(sorted(typed.items())), {"type": "null"}]} if nullable else dict(typed)
     if default is not ...:
         out["default"] = default
-    return out | {"description": description, "title": _title(name)}
+    # Keys in pydantic's (alphabetical) order, so that tools/list is byte for byte what the SDK sent.
+    return dict(sorted((out | {"description": description, "title": _title(name)}).items()))
 
 
 def _tool(name: str, description: str, properties: list[dict[str, Any]], required: list[str]) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def _tool(name: str, description: str, properties: list[dict[str, Any]], require
     if required:
         schema["required"] = required
     schema |= {"type": "object", "title": f"{name}Arguments"}
-    return {"name": name, "description": description, "inputSchema": schema,
+    return {"description": description, "inputSchema": schema, "name": name,
             "outputSchema": {"type": "object", "additionalProperties": True, "title": f"{name}DictOutput"}}
 
 
