@@ -30,6 +30,19 @@ def _timed(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def bytecode_note() -> str:
+    """Whether neverest's modules run from cached bytecode, as an installed copy does: without it (an
+    environment with PYTHONDONTWRITEBYTECODE and no earlier compile) every run compiles them from source,
+    tens of milliseconds that `python -c pass` never pays."""
+    import importlib.util
+
+    import neverest.ctl
+
+    cached = Path(importlib.util.cache_from_source(neverest.ctl.__file__)).exists()
+    return "bytecode of neverest: " + ("cached" if cached else "NOT cached, each run compiles it from source "
+                                       "(PYTHONDONTWRITEBYTECODE; run `python -m compileall neverest` first)")
+
+
 def _quantile(values: list[float], q: float) -> float:
     return sorted(values)[max(0, round(q * len(values)) - 1)]
 
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                            stdout=subprocess.DEVNULL)
         subprocess.run([*ctl, "sleep"], env=env, check=True, stdout=subprocess.DEVNULL)
         print(f"{args.runs} runs each, interleaved; ratios p50 / p95 against `{BASELINE}` (target p95 <= 3 x)")
+        print(bytecode_note())
         _report("no daemon:", _measure(ctl, env, args.runs))
         if not args.no_daemon:
             proc = _start_daemon(home, env)

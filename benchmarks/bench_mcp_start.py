@@ -63,6 +63,19 @@ def _timed_pass(env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def bytecode_note() -> str:
+    """Whether neverest's modules run from cached bytecode, as an installed copy does: without it (an
+    environment with PYTHONDONTWRITEBYTECODE and no earlier compile) every run compiles them from source,
+    tens of milliseconds that `python -c pass` never pays."""
+    import importlib.util
+
+    import neverest.ctl
+
+    cached = Path(importlib.util.cache_from_source(neverest.ctl.__file__)).exists()
+    return "bytecode of neverest: " + ("cached" if cached else "NOT cached, each run compiles it from source "
+                                       "(PYTHONDONTWRITEBYTECODE; run `python -m compileall neverest` first)")
+
+
 def _quantile(values: list[float], q: float) -> float:
     return sorted(values)[max(0, round(q * len(values)) - 1)]
 
@@ -93,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             first.append(first_s)
     b50, b95 = _quantile(base, 0.5), _quantile(base, 0.95)
     print(f"{args.runs} runs each, interleaved (target: first tool result <= 0.5 s)")
+    print(bytecode_note())
     for name, values in ((BASELINE, base), ("initialize answered", initialize), ("first tool result", first)):
         p50, p95 = _quantile(values, 0.5), _quantile(values, 0.95)
         ratio = "" if values is base else f"   = {p50 / b50:4.1f} x / {p95 / b95:4.1f} x baseline"

@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, NamedTuple
-from urllib.parse import urlsplit
 
-from neverest.logs import parse_level
 from neverest.paths import CONFIG_FILE
+
+# urllib.parse and ipaddress are imported by the checks that use them, and the log levels are spelled here
+# rather than imported with the logging set-up (tests/test_ctl_startup.py keeps them equal to logs.LEVELS):
+# every command that opens the memory loads the configuration, and most configurations name no peer, route or
+# listen address (docs/figures.md, start-up).
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 class ConfigError(Exception):
@@ -408,6 +411,8 @@ def parse_route(text: str) -> tuple[str, str]:
     prefix, url = prefix.strip(), url.strip()
     if not sep or not prefix or not url:
         raise ConfigError(f"routes: {text!r} is not prefix=url, like gpt=https://api.openai.com or *=http://127.0.0.1:11434")
+    from urllib.parse import urlsplit
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (an invalid port raises here)
@@ -423,6 +428,8 @@ def is_loopback_listen(text: str) -> bool:
     host = text.strip().rpartition(":")[0].strip("[]").lower()
     if host == "localhost":
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -431,6 +438,8 @@ def is_loopback_listen(text: str) -> bool:
 
 def _peer_url(url: str) -> str:
     """``http://host:port`` from a peer address as written in the config (``host:port`` means http)."""
+    from urllib.parse import urlsplit
+
     text = url if "://" in url else f"http://{url}"
     try:
         parts = urlsplit(text)
@@ -507,10 +516,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         sleep_time(config)
     except ValueError:
         raise ConfigError(f"sleep_at: {config.sleep_at!r} is not a time of day like 03:00") from None
-    try:
-        parse_level(config.log_level)
-    except ValueError as exc:
-        raise ConfigError(f"log_level: {exc}") from None
+    if config.log_level.strip().lower() not in LOG_LEVELS:  # the words of logs.parse_level, without logging
+        raise ConfigError(f"log_level: log level {config.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if not config.gossip_quiet_every_s > 0:
         raise ConfigError(f"gossip_quiet_every_s: {config.gossip_quiet_every_s!r} must be above 0")
     if config.gossip_cutoff_after < 1 or config.gossip_cutoff_s <= 0:

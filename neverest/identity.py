@@ -5,19 +5,27 @@ The key file holds the 32-byte seed as hex on one line.  It is created with mode
 once agree on one key.  Like ssh with a private key, we refuse to use a key file
 that group or others can read: a leaked key lets anyone sign lessons and
 revocations in this memory's name.
+
+PyNaCl is imported when a key is first used to sign or to derive its public key: a command that only
+reads the memory gives the public key its store already holds for this seed (``with_public``,
+``seed_tag``), so `neverestctl lessons` and `status` load no crypto (docs/figures.md, start-up).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import nacl.signing
+from typing import TYPE_CHECKING
 
 from neverest.paths import KEY_FILE, ensure_home
 from neverest.records import origin_of
+
+if TYPE_CHECKING:
+    import nacl.signing
 
 
 class IdentityError(Exception):
@@ -26,12 +34,32 @@ class IdentityError(Exception):
 
 @dataclass(frozen=True)
 class Identity:
-    signing_key: nacl.signing.SigningKey
+    seed: bytes = field(repr=False)
     path: Path
+    # The public key of ``seed`` when the caller already knows it (``with_public``); else derived on first use.
+    known_public: bytes | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def signing_key(self) -> nacl.signing.SigningKey:
+        import nacl.signing
+
+        return nacl.signing.SigningKey(self.seed)
+
+    @functools.cached_property
+    def public_key(self) -> bytes:
+        if self.known_public is not None:
+            return self.known_public
+        return bytes(self.signing_key.verify_key)
 
     @property
-    def public_key(self) -> bytes:
-        return bytes(self.signing_key.verify_key)
+    def seed_tag(self) -> str:
+        """What a cached public key is filed under: a keyed hash of the seed (the seed cannot be read back
+        from it), so that a cache written for another key file is never taken for this one."""
+        return hashlib.blake2b(self.seed, digest_size=16, person=b"neverest-pubkey").hexdigest()
+
+    def with_public(self, public_key: bytes) -> Identity:
+        """This identity, its public key given (read from a cache filed under ``seed_tag``)."""
+        return Identity(self.seed, self.path, public_key)
 
     @property
     def key(self) -> str:
@@ -43,7 +71,9 @@ class Identity:
 
     @classmethod
     def from_seed(cls, seed: bytes, path: Path | None = None) -> Identity:
-        return cls(nacl.signing.SigningKey(seed), path or Path(os.devnull))
+        if len(seed) != 32:  # what SigningKey(seed) refused when it was made here
+            raise ValueError("an Ed25519 seed is 32 bytes")
+        return cls(seed, path or Path(os.devnull))
 
 
 def _read_key(path: Path) -> Identity:
@@ -62,7 +92,7 @@ def _read_key(path: Path) -> Identity:
         seed = b""
     if len(seed) != 32:
         raise IdentityError(f"key file {path} does not hold a 64-hex-digit Ed25519 seed")
-    return Identity(nacl.signing.SigningKey(seed), path)
+    return Identity(seed, path)
 
 
 def load_or_create(home: Path) -> Identity:
@@ -70,6 +100,8 @@ def load_or_create(home: Path) -> Identity:
     path = ensure_home(home) / KEY_FILE
     if path.exists():
         return _read_key(path)
+    import nacl.signing
+
     seed = nacl.signing.SigningKey.generate().encode()
     tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

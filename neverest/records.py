@@ -37,13 +37,13 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
-import nacl.bindings
-import nacl.exceptions
-import nacl.signing
-
-from neverest.safety import imperative_reason
+# PyNaCl and the safety rule's compiled patterns are imported by the functions that sign, verify and
+# check a lesson's text: a command that only reads the memory (`neverestctl lessons`, `status`) loads
+# neither (docs/figures.md, start-up).  Their import is a dictionary look-up after the first call.
+if TYPE_CHECKING:
+    import nacl.signing
 
 WIRE_VERSION: Final = 1
 # One record, as received, without its line ending.  Lessons are short
@@ -385,6 +385,8 @@ def check(line: bytes | str) -> tuple[Record, bytes, bytes]:
     if rtype == "lesson":
         if lesson_hash(obj["kind"], obj["text"]) != target:
             raise RecordError("hash-mismatch", "hash is not the hash of kind and text")
+        from neverest.safety import imperative_reason
+
         reason = imperative_reason(obj["text"])
         if reason is not None:
             raise RecordError("imperative", f"a lesson is an observation, not an instruction: {reason}")
@@ -405,6 +407,9 @@ def check(line: bytes | str) -> tuple[Record, bytes, bytes]:
 
 def check_signature(signed_message: bytes, public_key: bytes) -> None:
     """The Ed25519 check of ``check``'s output.  Raises RecordError("bad-signature")."""
+    import nacl.bindings
+    import nacl.exceptions
+
     try:
         # crypto_sign_open is the primitive under VerifyKey.verify, without its
         # extra copies.  PyNaCl's cffi call releases the GIL while libsodium works.

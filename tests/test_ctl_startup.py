@@ -10,16 +10,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from neverest import ctl, relay
+from neverest import config, ctl, logs, relay
 from neverest.agents import hook
 from neverest.client import running
+from neverest.clock import FixedClock
 from neverest.commands import memory as memory_commands
 from neverest.commands import relay as relay_commands
+from neverest.config import Config
+from neverest.identity import Identity
 from neverest.memory import events
+from neverest.memory.service import PUBLIC_KEY_META, Memory
+from neverest.paths import KEY_FILE
 from neverest.records import KINDS
 
 # What no `--help`, and no read command answered by a daemon, may load in the neverestctl process.
@@ -51,11 +57,42 @@ def test_every_command_names_a_function_that_exists() -> None:
         assert callable(ctl.runner(func)), func
 
 
+# What `lessons` and `status` need not load without a daemon either: the passes, the crypto, the safety rule's
+# and the project logs' modules (the memory service imports them on use).
+PASSES = ("numpy", "trio", "httpx", "nacl", "neverest.safety", "neverest.relay")
+
+
 def _loaded(argv: list[str], env: dict[str, str]) -> set[str]:
+    watched = set(HEAVY) | set(PASSES) | {"neverest.memory.publish"}
     code = ("import sys; from neverest.ctl import main; status = main(sys.argv[1:]); "
-            f"print(sorted(set(sys.modules) & {set(HEAVY)!r}), file=sys.stderr); sys.exit(status)")
+            f"print(sorted(set(sys.modules) & {watched!r}), file=sys.stderr); sys.exit(status)")
     done = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True)
     return set(eval(done.stderr.strip().splitlines()[-1]))
+
+
+def test_the_config_spells_the_log_levels_of_the_logging_set_up() -> None:
+    assert config.LOG_LEVELS == tuple(logs.LEVELS)
+
+
+def test_the_public_key_is_read_from_the_store_only_for_the_seed_it_was_filed_for(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    clock = FixedClock(datetime(2026, 3, 1, tzinfo=UTC))
+    with Memory.open(home, Config(), clock) as memory:  # first open: derived with PyNaCl, then filed
+        derived = memory.identity
+        filed = memory.store.get_meta(PUBLIC_KEY_META)
+    assert filed == f"{derived.seed_tag}:{bytes(derived.signing_key.verify_key).hex()}"
+    with Memory.open(home, Config(), clock) as memory:
+        assert memory.identity.known_public == derived.public_key
+        assert memory.identity.origin == derived.origin and memory.identity == derived
+    # Another key file in the same home (a restored backup): the filed key is not its own, so it is derived.
+    other = Identity.from_seed(bytes(range(32)))
+    (home / KEY_FILE).unlink()
+    (home / KEY_FILE).write_text(other.seed.hex() + "\n")
+    (home / KEY_FILE).chmod(0o600)
+    with Memory.open(home, Config(), clock) as memory:
+        assert memory.identity.known_public is None
+        assert memory.identity.origin == other.origin != derived.origin
+        assert memory.store.get_meta(PUBLIC_KEY_META) == f"{other.seed_tag}:{other.public_key.hex()}"
 
 
 def test_help_loads_no_command(tmp_path: Path) -> None:
@@ -88,9 +125,10 @@ def test_read_commands_print_the_same_with_a_daemon_and_load_no_memory(daemon_ho
              ["recall", "make run", "--json", "-k", "2"], ["recall", ""])
     # recall touches the episodes it returns (a later recall scores them otherwise): the same reads,
     # in the same order, on a copy of the home with no daemon give what the daemon must give.
-    # Without a daemon the read commands open the memory here, but not its passes: no numpy, trio or httpx.
-    for argv in (["lessons"], ["status"]):
-        assert not _loaded(argv, env) & {"numpy", "trio", "httpx"}, argv
+    # Without a daemon the read commands open the memory here, but not its passes: no numpy, trio or httpx,
+    # no crypto (the public key is read from the store) and none of the safety rule's or project logs' modules.
+    assert not _loaded(["status"], env) & set(PASSES)
+    assert not _loaded(["lessons"], env) & {*PASSES, "neverest.memory.publish"}
     shutil.copytree(home, home.parent / "copy")
     alone = [_out(argv, env | {"NEVEREST_HOME": str(home.parent / "copy")}) for argv in asked]
     assert alone[0][1].startswith("hash") and "make run" in alone[3][1]

@@ -252,3 +252,85 @@ async def test_relay_reads_the_handoff_and_adds_a_line(home: Path, errlog: TextI
     assert [d["text"] for d in handed["deploys"]] == ["shipped 1.2"] and handed["last_model"] == "claude-sonnet"
     assert "shipped 1.2" in handed["text"] and "not instructions" in handed["framing"]
     assert "empty" in _error_text(bad)
+
+
+# -- the protocol served without the SDK ----------------------------------------------------------
+
+def test_the_server_negotiates_the_versions_the_sdk_negotiates_and_lists_tools_the_sdk_reads() -> None:
+    from mcp.types import InitializeResult, Tool
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+    from neverest.agents import mcp_server
+
+    assert mcp_server.PROTOCOL_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
+    assert mcp_server.LATEST_PROTOCOL_VERSION == LATEST_HANDSHAKE_VERSION
+    for tool in mcp_server.TOOLS:
+        assert Tool.model_validate(tool).model_dump(by_alias=True, exclude_none=True) == tool
+    InitializeResult.model_validate({"capabilities": mcp_server.CAPABILITIES, "protocolVersion": "2025-06-18",
+                                     "serverInfo": {"name": "neverest", "version": "0"}})
+
+
+def test_arguments_are_checked_as_pydantic_checked_them() -> None:
+    from neverest.agents.mcp_server import TOOLS, ToolError, arguments
+
+    tools = {tool["name"]: tool for tool in TOOLS}
+    # Lax as pydantic: integral floats, digit strings and booleans are integers; unknown names are left out.
+    assert arguments(tools["recall"], {"query": "x", "k": "3"}) == {"query": "x", "k": 3}
+    assert arguments(tools["recall"], {"query": "x", "k": 2.0, "extra": 1}) == {"query": "x", "k": 2}
+    assert arguments(tools["lessons"], {"limit": True}) == {"kind": None, "limit": 1}
+    assert arguments(tools["relay"], {"project": "p"}) == {"project": "p", "note": None, "kind": "note", "model": "",
+                                                            "limit": 20}
+    with pytest.raises(ToolError) as caught:
+        arguments(tools["relay"], {"note": "", "kind": "rumour", "limit": 2.5, "model": 7})
+    assert str(caught.value).splitlines()[::2] == [
+        "5 validation errors for relayArguments", "  Field required [type=missing, input_value={'note': '', 'kind': "
+        "'rumour', 'limit': 2.5, 'model': 7}, input_type=dict]", "  String should have at least 1 character "
+        "[type=string_too_short, input_value='', input_type=str]", "  Input should be 'note', 'deploy' or "
+        "'correction' [type=literal_error, input_value='rumour', input_type=str]", "  Input should be a valid "
+        "string [type=string_type, input_value=7, input_type=int]", "  Input should be a valid integer, got a "
+        "number with a fractional part [type=int_from_float, input_value=2.5, input_type=float]"]
+
+
+def test_requests_before_initialize_and_the_empty_lists(home: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "neverest.ctl", "--home", str(home), "mcp"], cwd=REPO,
+                            env=os.environ | _env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert _rpc(proc, b'{"jsonrpc": "2.0", "id": 0, "method": "ping"}') == {"jsonrpc": "2.0", "id": 0, "result": {}}
+        early = _rpc(proc, b'{"jsonrpc": "2.0", "id": "a", "method": "tools/list"}')
+        assert early["id"] == "a" and early["error"]["code"] == -32602
+        init = _rpc(proc, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+        ).encode())
+        assert init["result"]["protocolVersion"] == "2025-11-25" and "recall" in init["result"]["instructions"]
+        for method, key in (("resources/list", "resources"), ("prompts/list", "prompts"),
+                            ("resources/templates/list", "resourceTemplates")):
+            assert _rpc(proc, json.dumps({"jsonrpc": "2.0", "id": 2, "method": method}).encode())["result"] == {key: []}
+        unknown = _rpc(proc, b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "x"}}')
+        assert unknown["result"] == {"content": [{"text": "Unknown tool: x", "type": "text"}], "isError": True}
+        nameless = _rpc(proc, b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"arguments": {}}}')
+        assert nameless["error"]["code"] == -32602
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_the_server_loads_neither_the_sdk_nor_pydantic(home: Path) -> None:
+    code = ("import sys, runpy; sys.argv = ['neverestctl', '--home', sys.argv[1], 'mcp']\n"
+            "try:\n    runpy.run_module('neverest.ctl', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'pydantic', 'anyio', 'numpy')),"
+            " file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, str(home)], cwd=REPO, env=os.environ | _env(),
+                          input=b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": '
+                                b'"2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}\n'
+                                b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "lessons", '
+                                b'"arguments": {}}}\n', capture_output=True, timeout=60, check=True)
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == [1, 2]
+    assert done.stderr.decode().strip().splitlines()[-1] == "[]"

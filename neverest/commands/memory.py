@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +43,8 @@ def _remember_stdin(args: argparse.Namespace) -> dict[str, Any]:
     # The daemon reads a file, not our standard input: spool it to a private file in the home first.
     home = home_of(args)
     if home.is_dir():
+        import tempfile  # only `remember` from standard input spools (random, shutil: not for every command)
+
         fd, name = tempfile.mkstemp(prefix=".remember-", suffix=".jsonl", dir=home)
         try:
             with os.fdopen(fd, "wb") as spool:

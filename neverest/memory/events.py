@@ -55,8 +55,8 @@ from typing import Any, BinaryIO, Final
 
 from neverest.clock import iso, parse_time
 from neverest.lines import read_lines
-from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, to_blob
 from neverest.memory.queries import episodes
+from neverest.memory.space import HASHED_SPACE
 from neverest.memory.store import Store
 
 EVENT_KINDS: Final = ("correction", "error", "environment", "surprise", "note")
@@ -275,6 +275,9 @@ def parse_line(raw: bytes | None, *, now: datetime) -> Event | None:
 def event_vectors(events: Sequence[Event]) -> list[bytes]:
     """The events' gists in the hashed space, as stored: an event is recallable as soon as it
     is stored.  Local and cheap (no model, no network); a sleep with a model re-embeds them."""
+    # numpy (the embedder) is loaded by what stores events, not by every door that only checks one (MCP, API).
+    from neverest.memory.embed import HashedEmbedder, to_blob
+
     return [to_blob(v) for v in HashedEmbedder().embed([e.gist for e in events])] if events else []
 
 

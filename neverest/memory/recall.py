@@ -29,9 +29,8 @@ import numpy as np
 from neverest.clock import iso
 from neverest.memory.embed import HASHED_SPACE, Embedder, stack, words
 from neverest.memory.keyterms import key_terms, matches
-from neverest.memory.queries import episodes, lessons
+from neverest.memory.queries import embeddings, episodes, lessons
 from neverest.memory.queries.embeddings import Table
-from neverest.memory.sleep import embed_rows
 from neverest.memory.store import Store
 
 RECALL_HALF_LIFE_DAYS: Final = 30.0
@@ -83,6 +82,14 @@ def catch_up(store: Store, embedder: Embedder) -> int:
     if hashed and not episodes.any_unembedded(store.db):
         # Every episode is stored with its hashed vector: only lessons (a few hundred rows) need a look.
         tables = ("lessons",)
+    # Most recalls find nothing to embed: the sleep pass that embeds (and the phrasing, safety and error
+    # patterns it imports) is loaded only when a row needs it (docs/figures.md, start-up).
+    tables = tuple(t for t in tables if embeddings.needing(store.db, t, embedder.space, 1, unembedded_only=hashed,
+                                                            unarchived_only=True))
+    if not tables:
+        return 0
+    from neverest.memory.sleep import embed_rows
+
     return sum(embed_rows(store, embedder, table, unembedded_only=hashed, unarchived_only=True,
                           stop_on_fallback=True) for table in tables)
 

@@ -34,28 +34,26 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from neverest import relay
 from neverest.clock import Clock, iso
 from neverest.config import Config
 from neverest.identity import Identity, load_or_create
 from neverest.memory import holdings, views
-from neverest.memory import publish as publishing
-from neverest.memory.model import Endpoint, Writer
 from neverest.memory.queries import budget as budget_queries
 from neverest.memory.queries import injections as injection_queries
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
 from neverest.memory.queries import trust as trust_queries
-from neverest.memory.render import render
-from neverest.memory.store import Store, open_store
+from neverest.memory.store import Store, StoreError, meta_value, open_store
 from neverest.records import Record
 
-# The passes that embed, learn, receive and judge (numpy, the commons) are imported by the methods that
-# run them: opening the memory to list its lessons or its status loads none of them (docs/figures.md, start-up).
+# The passes that embed, learn, receive, sign and judge (numpy, PyNaCl, the commons), the project logs and
+# the renders are imported by the methods that run them: opening the memory to list its lessons or its status
+# loads none of them (docs/figures.md, start-up; tests/test_ctl_startup.py holds it so).
 if TYPE_CHECKING:
     from neverest.memory.embed import Embedder
     from neverest.memory.events import IngestResult
+    from neverest.memory.model import Writer
     from neverest.memory.recall import Hit
 
 
@@ -81,6 +79,31 @@ def refutation_status(db: sqlite3.Connection) -> dict[str, Any]:
         if r.reason in (holdings.REFUTE_PUBLISHER, holdings.REFUTE_FLOOD):
             refused[r.reason] = refused.get(r.reason, 0) + r.count
     return {"held": status_queries.refutations(db), "refused": refused}
+
+
+# Where the store keeps this memory's public key, filed under its seed's tag (``Identity.seed_tag``):
+# deriving it from the seed needs PyNaCl, which a command that only reads the memory does not load otherwise.
+PUBLIC_KEY_META = "identity_public_key"
+
+
+def _with_known_public(store: Store, identity: Identity) -> Identity:
+    """``identity`` with its public key read from the store when it was filed there for this very seed;
+    else derived (PyNaCl) and filed for the next process.  A store that cannot take the write at once
+    (another writer holds it, a read-only file) is left as it is: the key is derived again next time."""
+    tag, _, public = (meta_value(store.db, PUBLIC_KEY_META) or "").partition(":")
+    if tag == identity.seed_tag and len(public) == 64:
+        return identity.with_public(bytes.fromhex(public))
+    value = f"{identity.seed_tag}:{identity.public_key.hex()}"
+    timeout_ms = store.db.execute("PRAGMA busy_timeout").fetchone()[0]
+    store.db.execute("PRAGMA busy_timeout = 50")  # a cache: never worth waiting for another writer
+    try:
+        with store.write() as db:
+            Store.set_meta(db, PUBLIC_KEY_META, value)
+    except (StoreError, sqlite3.Error):
+        pass
+    finally:
+        store.db.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+    return identity
 
 
 class OwnerError(ValueError):
@@ -110,7 +133,7 @@ class Memory:
         """The memory whose store and key live in ``home``."""
         store = open_store(home, busy_timeout_s=config.busy_timeout_s)
         try:
-            identity = load_or_create(home)
+            identity = _with_known_public(store, load_or_create(home))
         except BaseException:
             store.close()
             raise
@@ -138,6 +161,8 @@ class Memory:
     def writer(self) -> Writer | None:
         if not self.config.writer_url:
             return None
+        from neverest.memory.model import Endpoint, Writer
+
         return Writer(Endpoint(self.config.writer_url, self.config.writer_model,
                                read_timeout_s=self.config.model_timeout_s))
 
@@ -166,6 +191,7 @@ class Memory:
 
     def night(self, transports: Sequence[Transport] = ()) -> dict[str, Any]:
         """Inbox, sleep, confirm, sign, sync every transport, judge, render: one report."""
+        from neverest.memory import publish as publishing
         from neverest.memory.sleep import sleep
 
         inbox = self.drain_inbox()
@@ -189,6 +215,8 @@ class Memory:
 
     def sync(self, transport: Transport) -> dict[str, Any]:
         """Sign what is pending, exchange through ``transport``, then judge and render."""
+        from neverest.memory import publish as publishing
+
         publishing.publish(self.store, self.identity, self.clock.now())
         out = transport.exchange(self.store, self.identity, self.config, self.clock.now())
         self.settle()
@@ -203,6 +231,8 @@ class Memory:
         return states
 
     def render(self) -> None:
+        from neverest.memory.render import render
+
         if self.home is not None:
             lessons = self.lessons()
             render(self.store, self.home, lessons)
@@ -228,6 +258,8 @@ class Memory:
 
     def publish(self, project: str, *, corrections: bool) -> dict[str, Any]:
         """Opt a project in (its folder must exist) and sign what it makes publishable now."""
+        from neverest.memory import publish as publishing
+
         path = Path(project).expanduser()
         if not path.is_dir():
             raise OwnerError(f"{project} is not a folder: give the project folder whose lessons may be shared")
@@ -240,10 +272,14 @@ class Memory:
         return {"project": name, "corrections": corrections, "signed": len(signed), "held_back": held}
 
     def unpublish(self, project: str) -> dict[str, Any]:
+        from neverest.memory import publish as publishing
+
         removed = publishing.opt_out(self.store, project)
         return {"project": project, "removed": removed}
 
     def revoke(self, target: str) -> Record:
+        from neverest.memory import publish as publishing
+
         if not lesson_queries.is_own_lesson(self.store.db, target, self.identity.origin):
             raise OwnerError(f"{target} is not a lesson of this memory; only its origin can revoke it")
         record = publishing.revoke(self.store, self.identity, target, self.clock.now())
@@ -292,6 +328,8 @@ class Memory:
 
     def status(self) -> dict[str, Any]:
         """What this memory holds, from its store (a daemon adds what only it knows)."""
+        from neverest.memory import publish as publishing
+
         db = self.store.db
         last = sleeps.last_finished(db)
         return {"origin": self.identity.origin, "home": str(self.home) if self.home else None} | \
@@ -312,6 +350,8 @@ class Memory:
 
         ``before`` also removes the project logs' lines written before it (``neverest.relay``);
         ``relay_project`` removes one project's whole log and nothing else."""
+        from neverest import relay
+
         if relay_project is not None:
             if episode is not None or session is not None or before is not None:
                 raise ValueError("forget takes exactly one of episode, session, before, relay_project")
