@@ -500,6 +500,15 @@ class Initiator:
             self._end(exc)
             return None
 
+    def reads_no_store(self, reply: bytes) -> bool:
+        """Whether ``handle(reply)`` would read or write no store: the reply is IN_SYNC, which only ends
+        the exchange.  (The caller can then handle it without a trip to a worker thread.)  A reply
+        that cannot be decoded here is left to ``handle``, which refuses it."""
+        try:
+            return decode(reply).type is MessageType.IN_SYNC
+        except ProtocolError:
+            return False
+
     def fail(self, error: ProtocolError) -> None:
         """End the exchange because the transport failed (a timeout, an HTTP error without a reply)."""
         self._end(error)
@@ -682,6 +691,13 @@ class Responder:
             return Checked(decode_body(envelope.type, envelope.body), auth.origin, auth.nonce, result)
         except ProtocolError as exc:
             return self._refuse(exc, auth, now_s, rng, result)
+
+    def reads_index_only(self, checked: Checked) -> bool:
+        """Whether ``answer(checked)`` reads nothing but the range index and writes nothing: a
+        revision-2 SYNC without an inline digest (answered IN_SYNC or with the root's RECON node)."""
+        body = checked.body
+        return (isinstance(body, Sync) and body.digest is None and body.revision is not None
+                and body.revision >= RECONCILE)
 
     def answer(self, checked: Checked, *, now: datetime, rng: random.Random,
                share: Sequence[tuple[str, str | None]] = ()) -> Reply:

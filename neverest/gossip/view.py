@@ -52,6 +52,13 @@ class SqliteView:
         """Forget the cached entries: the next read rebuilds them from the database."""
         self._version = None
 
+    def fresh(self) -> bool:
+        """Whether the cached entries are those of the database now (nothing committed since they
+        were read): the in-sync exchange then needs no other read (gossip/service.py answers it on
+        the event loop instead of a trip to a worker thread).  One PRAGMA; in WAL mode it waits for
+        no writer."""
+        return self._version is not None and self.store.data_version() == self._version
+
     def _current(self) -> None:
         version = self.store.data_version()
         if version == self._version:
