@@ -101,6 +101,9 @@ class SqliteView:
         """Show ``heads`` (an origin's entry once records not yet applied are) where they are ahead of
         what is held, for the calls made inside; what is held is shown again after.  Nothing may be
         written through this view's connection inside."""
+        if not heads:  # nothing to show (the common case): spare the two PRAGMA reads
+            yield
+            return
         self._current()
         version = self._version
         saved: dict[str, Entry | None] = {}
