@@ -32,6 +32,11 @@ that carries only records (or nothing).  Nodes only go deeper (a reply names chi
 the splits it answers), so two honest memories finish in a few round trips: 1 difference
 among 10^4 or 10^5 origins in 3, among 10^6 in 4 (benchmarks/bench_reconcile.py).
 
+Revision 3 (``codec.COMPACT``, issue 26) is the same exchange made smaller: child
+fingerprints of 4 bytes (``width``; a split's own width is read from its length, so both
+are answered), envelopes without the origins once both sides said they speak it (core.py),
+and splits aiming at children of a quarter of ``RANGE_ITEMS`` (``node_for``).
+
 A SYNC with a small digest inline (``"d"``, ≤ 16 origins) keeps ``"f"`` the digest's own
 fingerprint, so that a revision-1 responder reads it as before; a revision-2 responder
 takes the inline digest as an items node for the whole range.
