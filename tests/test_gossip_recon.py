@@ -282,7 +282,7 @@ def test_the_view_keeps_its_index_current_after_its_own_apply_and_others_writes(
     c.close()
 
 
-def test_a_revision_1_responder_still_serves_a_revision_2_initiator(tmp_path: Path) -> None:
+def test_a_revision_1_responder_still_serves_a_revision_3_initiator(tmp_path: Path) -> None:
     c = Cluster(tmp_path, 2, settings=Settings(inline_digest_origins=0))
     give(c[0].store, history(KEYS[0], 2))
     give(c[1].store, history(KEYS[1], 2))
@@ -292,7 +292,7 @@ def test_a_revision_1_responder_still_serves_a_revision_2_initiator(tmp_path: Pa
         if envelope.type is not MessageType.SYNC:
             return data
         body = codec.decode_body(envelope.type, envelope.body)
-        assert isinstance(body, codec.Sync) and body.revision == 2
+        assert isinstance(body, codec.Sync) and body.revision == codec.COMPACT  # revision 3 since issue 26
         # What a revision-1 responder reads: the same SYNC without "w" (re-signed by its sender).
         old = codec.encode_body(codec.Sync(body.fingerprint, body.digest, body.addresses, body.listen_port))
         return _sign(c[0].identity.signing_key, MessageType.SYNC, old, to=envelope.auth.to, nonce=envelope.auth.nonce)

@@ -87,7 +87,7 @@ from typing import Any, Final, Literal
 
 import msgpack
 
-from neverest.records import MAX_RECORD_BYTES
+from neverest.records import MAX_RECORD_BYTES, origin_of
 
 VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
@@ -114,6 +114,12 @@ MAX_NODES: Final = 512
 MAX_CHILDREN: Final = 4096  # child fingerprints in all split nodes: 32 KiB
 MAX_SPLIT_BITS: Final = 6  # a split node has 2 to 64 children
 CHILD_FP_BYTES: Final = 8
+# Revision 3 (issue 26): the compact form of a reconciliation (PROTOCOL.md §11).  Its split nodes
+# carry 4 bytes of each child's fingerprint, and its messages after SYNC leave out the envelope's
+# "o" (the fingerprint of "k") and "to" (the receiver's own origin): both are still signed.
+COMPACT: Final = 3
+CHILD_FP_BYTES_COMPACT: Final = 4
+CHILD_FP_WIDTHS: Final = (CHILD_FP_BYTES_COMPACT, CHILD_FP_BYTES)
 
 FINGERPRINT_DOMAIN: Final = b"neverest-digest-v1\x00"
 NO_ORIGIN: Final = "0" * (2 * ORIGIN_BYTES)
@@ -170,6 +176,9 @@ class MessageType(enum.IntEnum):
 
 
 REQUESTS: Final = frozenset({MessageType.SYNC, MessageType.PUSH, MessageType.RECON})
+# Only these types may come compact (revision 3): never SYNC (the first contact names whom it
+# addresses) nor REFUSED (a wrong-peer refusal is how an initiator learns whose address it reached).
+COMPACT_TYPES: Final = frozenset({MessageType.RECON, MessageType.IN_SYNC})
 
 Entry = tuple[int, bytes]  # (highest seq held, HASH_BYTES of that record's digest)
 
@@ -252,15 +261,21 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    """A range whose fingerprint differed, split in 2^b: the first 8 bytes of each child's fingerprint."""
+    """A range whose fingerprint differed, split in 2^b: the first 8 (revision 3: 4) bytes of each
+    child's fingerprint."""
 
     bits: int
     prefix: int
     b: int
-    fingerprints: bytes  # CHILD_FP_BYTES · 2^b
+    fingerprints: bytes  # width · 2^b, width in CHILD_FP_WIDTHS
 
     def child(self, i: int) -> tuple[int, int]:
         return self.bits + self.b, (self.prefix << self.b) | i
+
+    @property
+    def width(self) -> int:
+        """Bytes of each child's fingerprint (the decoder checked it is one of CHILD_FP_WIDTHS)."""
+        return len(self.fingerprints) >> self.b
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +327,9 @@ class Auth:
     ts: int
     nonce: bytes
     sig: bytes
+    # Revision 3: "o" and "to" were not sent.  ``origin`` is then the fingerprint of ``key`` and
+    # ``to`` is not known here: the signature covers the receiver's own origin (peer_auth.verify).
+    compact: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +419,16 @@ def decode(data: bytes) -> Envelope:
     auth = obj.get("a")
     if not isinstance(auth, dict):
         raise _remote("bad-field", '"a" must be a map')
+    if "o" not in auth and "to" not in auth:
+        if mtype not in COMPACT_TYPES:
+            raise _remote("bad-field", f'a {mtype.name} must name "o" and "to"')
+        key = _bin(auth, "k", KEY_BYTES)
+        return Envelope(
+            type=mtype,
+            auth=Auth(origin=origin_of(key), key=key, to="", ts=_int(auth, "ts"), nonce=_bin(auth, "n", NONCE_BYTES),
+                      sig=_bin(auth, "s", SIG_BYTES), compact=True),
+            body=_bin(obj, "b"),
+        )
     return Envelope(
         type=mtype,
         auth=Auth(origin=_origin(auth, "o"), key=_bin(auth, "k", KEY_BYTES), to=_origin(auth, "to"),
@@ -493,8 +521,9 @@ def _node(raw: Any, children: int) -> tuple[Node, int]:
         children += 1 << b
         if children > MAX_CHILDREN:
             raise _remote("too-many-ranges", f"more than {MAX_CHILDREN} child fingerprints in one message")
-        if type(fps) is not bytes or len(fps) != CHILD_FP_BYTES << b:
-            raise _remote("bad-field", f"a split in 2^{b} needs {CHILD_FP_BYTES << b} bytes of fingerprints")
+        if type(fps) is not bytes or len(fps) not in (w << b for w in CHILD_FP_WIDTHS):
+            raise _remote("bad-field", f"a split in 2^{b} needs {CHILD_FP_BYTES_COMPACT << b} or "
+                                       f"{CHILD_FP_BYTES << b} bytes of fingerprints")
         return Split(bits, prefix, b, fps), children
     entries = _digest_value(raw[2], "a node's entries")
     if entries:
@@ -664,12 +693,14 @@ def encode_body(body: Body) -> bytes:
 
 def encode(mtype: MessageType, auth: Auth, body: bytes) -> bytes:
     """A whole message.  Raises ProtocolError("local", "too-large") past MAX_MESSAGE_BYTES."""
-    data = bytes(msgpack.packb({
-        "v": VERSION, "t": int(mtype),
-        "a": {"o": bytes.fromhex(auth.origin), "k": auth.key, "to": bytes.fromhex(auth.to), "ts": auth.ts,
-              "n": auth.nonce, "s": auth.sig},
-        "b": body,
-    }, use_bin_type=True))
+    if auth.compact:
+        if mtype not in COMPACT_TYPES:
+            raise _local("bad-field", f"a {mtype.name} is never sent compact")
+        head: dict[str, Any] = {"k": auth.key, "ts": auth.ts, "n": auth.nonce, "s": auth.sig}
+    else:
+        head = {"o": bytes.fromhex(auth.origin), "k": auth.key, "to": bytes.fromhex(auth.to), "ts": auth.ts,
+                "n": auth.nonce, "s": auth.sig}
+    data = bytes(msgpack.packb({"v": VERSION, "t": int(mtype), "a": head, "b": body}, use_bin_type=True))
     if len(data) > MAX_MESSAGE_BYTES:
         raise _local("too-large", f"message would be {len(data)} bytes; the limit is {MAX_MESSAGE_BYTES}")
     return data

@@ -115,6 +115,10 @@ from neverest.clock import parse_time
 from neverest.config import Config
 from neverest.gossip import peer_auth
 from neverest.gossip.codec import (
+    CHILD_FP_BYTES,
+    CHILD_FP_BYTES_COMPACT,
+    COMPACT,
+    COMPACT_TYPES,
     HASH_BYTES,
     MAX_ADDRESSES,
     MAX_RECORDS,
@@ -172,6 +176,9 @@ class Settings:
     # the baseline the benchmarks and simulations compare against.
     reconcile: bool = True
     range_items: int = RANGE_ITEMS  # a range with at most this many entries is sent as items
+    # Revision 3 (codec.COMPACT): 4-byte child fingerprints and envelopes without the origins once a
+    # reconciliation is under way.  False: this memory speaks revision 2 (the benchmarks' baseline).
+    compact: bool = True
 
     def __post_init__(self) -> None:
         if not MIN_BUDGET_BYTES <= self.budget_bytes <= MAX_BUDGET_BYTES:
@@ -452,6 +459,7 @@ class Initiator:
         self._nonce = peer_auth.NO_NONCE
         self._inline = False
         self._asked = Asked()  # revision 2: what the last request asked about
+        self._compact = False  # the peer answered compact (revision 3): so are the requests that follow
         self._requests = 0  # since the (last) SYNC
         self.result = ExchangeResult(peer=peer)
 
@@ -485,9 +493,10 @@ class Initiator:
             # "f" stays the digest's fingerprint, which a revision-1 responder checks "d" against.
             small = Digest(dict(index.items(0, 0)))
             self._asked.note([Items(0, 0, small)])
-            return Sync(small.fingerprint, small, share, self._listen_port, RECONCILE)
+            return Sync(small.fingerprint, small, share, self._listen_port,
+                        COMPACT if self._settings.compact else RECONCILE)
         self._asked.ranges, self._asked.origins = {(0, 0)}, set()
-        return Sync(index.root, None, share, self._listen_port, RECONCILE)
+        return Sync(index.root, None, share, self._listen_port, COMPACT if self._settings.compact else RECONCILE)
 
     def handle(self, reply: bytes) -> bytes | None:
         """Take the peer's reply; the next request, or None when the exchange is over."""
@@ -499,6 +508,15 @@ class Initiator:
         except ProtocolError as exc:
             self._end(exc)
             return None
+
+    def reads_no_store(self, reply: bytes) -> bool:
+        """Whether ``handle(reply)`` would read or write no store: the reply is IN_SYNC, which only ends
+        the exchange.  (The caller can then handle it without a trip to a worker thread.)  A reply
+        that cannot be decoded here is left to ``handle``, which refuses it."""
+        try:
+            return decode(reply).type is MessageType.IN_SYNC
+        except ProtocolError:
+            return False
 
     def fail(self, error: ProtocolError) -> None:
         """End the exchange because the transport failed (a timeout, an HTTP error without a reply)."""
@@ -513,7 +531,7 @@ class Initiator:
         payload = encode_body(body)
         self._nonce = self._rng.randbytes(NONCE_BYTES)
         auth = peer_auth.sign(self._key, mtype, payload, to=self._peer or NO_ORIGIN, ts=_unix(self._now),
-                              nonce=self._nonce)
+                              nonce=self._nonce, compact=self._compact and mtype is MessageType.RECON)
         data = encode(mtype, auth, payload)
         self._requests += 1
         self.result.round_trips += 1
@@ -542,6 +560,9 @@ class Initiator:
             raise ProtocolError("remote", "refused", f"{auth.origin} refused: {body.code[:64]}: {body.message}")
         if envelope.type not in self._expect:
             raise ProtocolError("remote", "unexpected-type", f"a {envelope.type.name} reply to this request")
+        if auth.compact and not self._settings.compact:
+            raise ProtocolError("remote", "bad-field", "a compact reply to a revision-2 request")
+        self._compact = auth.compact
         self.result.peer = auth.origin
         if isinstance(body, InSync | DigestReply):
             self.result.addresses = body.addresses
@@ -582,7 +603,7 @@ class Initiator:
         if self._requests >= MAX_ROUND_TRIPS:
             raise ProtocolError("remote", "no-convergence",
                                 f"ranges still differ after {self._requests} round trips; giving up")
-        answer = plan(self._view, body, items_at_most=self._settings.range_items)
+        answer = plan(self._view, body, items_at_most=self._settings.range_items, width=_width(self._compact))
         reply = _recon(self._view, answer, self._settings, self._rng)
         self.result.more |= reply.more
         if not reply.asks and not reply.records:
@@ -624,6 +645,7 @@ class Checked:
     peer: str
     nonce: bytes
     result: ExchangeResult
+    compact: bool = False  # the answer goes compact (revision 3): the initiator said it speaks it
 
 
 @dataclass
@@ -679,17 +701,30 @@ class Responder:
             result.peer = auth.origin
             if envelope.type not in REQUESTS:
                 raise ProtocolError("remote", "unexpected-type", f"{envelope.type.name} is not a request")
-            return Checked(decode_body(envelope.type, envelope.body), auth.origin, auth.nonce, result)
+            body = decode_body(envelope.type, envelope.body)
+            # Revision 3 is answered in kind: a compact RECON, or a SYNC that says it speaks it.
+            compact = self._settings.compact and (auth.compact or (
+                isinstance(body, Sync) and body.revision is not None and body.revision >= COMPACT))
+            return Checked(body, auth.origin, auth.nonce, result, compact)
         except ProtocolError as exc:
             return self._refuse(exc, auth, now_s, rng, result)
+
+    def reads_index_only(self, checked: Checked) -> bool:
+        """Whether ``answer(checked)`` reads nothing but the range index and writes nothing: a
+        revision-2 SYNC without an inline digest (answered IN_SYNC or with the root's RECON node)."""
+        body = checked.body
+        return (isinstance(body, Sync) and body.digest is None and body.revision is not None
+                and body.revision >= RECONCILE)
 
     def answer(self, checked: Checked, *, now: datetime, rng: random.Random,
                share: Sequence[tuple[str, str | None]] = ()) -> Reply:
         """The answer to a request that passed ``check`` (reads, and may write, the store)."""
         result, now_s = checked.result, _unix(now)
         try:
-            answer = self._serve(checked.body, checked.peer, now, rng, result, _shared(share, checked.peer))
-            data = self._seal(answer, checked.peer, checked.nonce, now_s, rng)
+            answer = self._serve(checked.body, checked.peer, now, rng, result, _shared(share, checked.peer),
+                                 checked.compact)
+            data = self._seal(answer, checked.peer, checked.nonce, now_s, rng,
+                              compact=checked.compact and type_of(answer) in COMPACT_TYPES)
         except ProtocolError as exc:
             result.error = exc
             data = self._seal(Refused(exc.code, exc.message), checked.peer, checked.nonce, now_s, rng)
@@ -710,24 +745,25 @@ class Responder:
         result.bytes_sent = len(data)
         return Reply(data, result)
 
-    def _seal(self, body: Body, to: str, re: bytes, now_s: int, rng: random.Random) -> bytes:
+    def _seal(self, body: Body, to: str, re: bytes, now_s: int, rng: random.Random, *, compact: bool = False) -> bytes:
         mtype = type_of(body)
         payload = encode_body(body)
-        auth = peer_auth.sign(self._key, mtype, payload, to=to, ts=now_s, nonce=rng.randbytes(NONCE_BYTES), re=re)
+        auth = peer_auth.sign(self._key, mtype, payload, to=to, ts=now_s, nonce=rng.randbytes(NONCE_BYTES), re=re,
+                              compact=compact)
         return encode(mtype, auth, payload)
 
     def _serve(self, body: Body, peer: str, now: datetime, rng: random.Random, result: ExchangeResult,
-               share: tuple[str, ...]) -> Body:
+               share: tuple[str, ...], compact: bool = False) -> Body:
         if isinstance(body, Recon):
             self._receive(body.records, peer, now, result)
-            answer = plan(self._view, body, items_at_most=self._settings.range_items)
+            answer = plan(self._view, body, items_at_most=self._settings.range_items, width=_width(compact))
             reply = _recon(self._view, answer, self._settings, rng)
             result.records_sent, result.more = len(reply.records), reply.more
             return reply
         if isinstance(body, Sync):
             result.addresses, result.listen_port = body.addresses, body.listen_port
             if body.revision is not None and body.revision >= RECONCILE:
-                return self._sync_ranges(body, rng, result, share)
+                return self._sync_ranges(body, rng, result, share, compact)
             mine = self._view.digest()
             if body.fingerprint == mine.fingerprint:
                 result.in_sync = True
@@ -751,21 +787,24 @@ class Responder:
                      future_tolerance_s=self._settings.future_tolerance_s)
         result.applied, result.held_back = taken.result, taken.held_back
 
-    def _sync_ranges(self, body: Sync, rng: random.Random, result: ExchangeResult, share: tuple[str, ...]) -> Body:
+    def _sync_ranges(self, body: Sync, rng: random.Random, result: ExchangeResult, share: tuple[str, ...],
+                     compact: bool = False) -> Body:
         """Revision 2's answer to SYNC: IN_SYNC, or the first RECON (reconcile.py)."""
         index = self._view.index()
         if body.digest is None:
             if body.fingerprint == index.root:
                 result.in_sync = True
                 return InSync(share)
-            return Recon((node_for(index, 0, 0, items_at_most=self._settings.range_items),), addresses=share)
+            return Recon((node_for(index, 0, 0, items_at_most=self._settings.range_items, width=_width(compact)),),
+                         addresses=share)
         if body.digest.fingerprint != body.fingerprint:
             raise ProtocolError("remote", "bad-field", "the fingerprint is not that of the digest sent")
         if len(index) == len(body.digest) and all(self._view.entry(o) == e for o, e in body.digest.items()):
             result.in_sync = True
             return InSync(share)
         # The inline digest is the initiator's whole set: an items node for the whole range.
-        answer = plan(self._view, [Items(0, 0, body.digest)], items_at_most=self._settings.range_items)
+        answer = plan(self._view, [Items(0, 0, body.digest)], items_at_most=self._settings.range_items,
+                      width=_width(compact))
         reply = _recon(self._view, answer, self._settings, rng, share)
         result.records_sent, result.more = len(reply.records), reply.more
         return reply
@@ -774,6 +813,11 @@ class Responder:
         out = delta(self._view, mine, theirs, budget_bytes=self._settings.budget_bytes, rng=rng)
         result.records_sent, result.more = len(out.records), out.more
         return out
+
+
+def _width(compact: bool) -> int:
+    """Bytes of each child fingerprint in the splits this memory sends."""
+    return CHILD_FP_BYTES_COMPACT if compact else CHILD_FP_BYTES
 
 
 def _recon(view: StoreView, answer: Plan, settings: Settings, rng: random.Random,

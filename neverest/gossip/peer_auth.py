@@ -60,12 +60,15 @@ def signed_bytes(mtype: MessageType, *, origin: str, to: str, ts: int, nonce: by
 
 
 def sign(signing_key: nacl.signing.SigningKey, mtype: MessageType, body: bytes, *, to: str, ts: int, nonce: bytes,
-         re: bytes = NO_NONCE) -> Auth:
-    """The auth part for a message of type ``mtype`` with ``body``, addressed to ``to``."""
+         re: bytes = NO_NONCE, compact: bool = False) -> Auth:
+    """The auth part for a message of type ``mtype`` with ``body``, addressed to ``to``.
+
+    ``compact`` (revision 3): the message will not carry the origins; the signature is the same."""
     key = bytes(signing_key.verify_key)
     origin = origin_of(key)
     message = signed_bytes(mtype, origin=origin, to=to, ts=ts, nonce=nonce, re=re, body=body)
-    return Auth(origin=origin, key=key, to=to, ts=ts, nonce=nonce, sig=signing_key.sign(message).signature)
+    return Auth(origin=origin, key=key, to=to, ts=ts, nonce=nonce, sig=signing_key.sign(message).signature,
+                compact=compact)
 
 
 def verify(auth: Auth, mtype: MessageType, body: bytes, *, me: str, now_s: int, skew_s: int | None,
@@ -78,12 +81,15 @@ def verify(auth: Auth, mtype: MessageType, body: bytes, *, me: str, now_s: int, 
     """
     if origin_of(auth.key) != auth.origin:
         raise ProtocolError("remote", "origin-mismatch", f"origin {auth.origin} is not the fingerprint of the key")
-    if auth.to != me:
+    # A compact message (revision 3) does not say whom it addresses: the signature is checked over
+    # this memory's origin, so one meant for another fails as bad-signature.
+    to = me if auth.compact else auth.to
+    if to != me:
         raise ProtocolError("remote", "wrong-peer", f"the message is addressed to {auth.to}, this is {me}")
     if skew_s is not None and abs(auth.ts - now_s) > skew_s:
         raise ProtocolError("remote", "stale", f"timestamp {auth.ts} is {auth.ts - now_s:+d} s from this clock; "
                                                f"at most {skew_s} s either way is accepted")
-    message = signed_bytes(mtype, origin=auth.origin, to=auth.to, ts=auth.ts, nonce=auth.nonce, re=re, body=body)
+    message = signed_bytes(mtype, origin=auth.origin, to=to, ts=auth.ts, nonce=auth.nonce, re=re, body=body)
     try:
         # crypto_sign_open is the primitive under VerifyKey.verify (as in records.py); a key
         # that is not a curve point fails here too.

@@ -32,6 +32,11 @@ that carries only records (or nothing).  Nodes only go deeper (a reply names chi
 the splits it answers), so two honest memories finish in a few round trips: 1 difference
 among 10^4 or 10^5 origins in 3, among 10^6 in 4 (benchmarks/bench_reconcile.py).
 
+Revision 3 (``codec.COMPACT``, issue 26) is the same exchange made smaller: child
+fingerprints of 4 bytes (``width``; a split's own width is read from its length, so both
+are answered), envelopes without the origins once both sides said they speak it (core.py),
+and splits aiming at children of a quarter of ``RANGE_ITEMS`` (``node_for``).
+
 A SYNC with a small digest inline (``"d"``, ≤ 16 origins) keeps ``"f"`` the digest's own
 fingerprint, so that a revision-1 responder reads it as before; a revision-2 responder
 takes the inline digest as an items node for the whole range.
@@ -95,15 +100,19 @@ def lags(seen: Entry, entry: Entry) -> bool:
     return seen[0] < entry[0] or (seen[0] == entry[0] and seen[1] != entry[1])
 
 
-def split_bits(count: int, items_at_most: int = RANGE_ITEMS) -> int:
+def split_bits(count: int, items_at_most: int = RANGE_ITEMS, aim: int | None = None) -> int:
     """The b of a split of a range of ``count`` entries (1 ≤ b ≤ 6).
 
     Ranges of at most ``items_at_most`` entries go as items, so a range needs as many levels
     of splits as it takes, at 2^6 children each, to get there; the levels then share the
     bits evenly, each aiming at children of half ``items_at_most``.  Two levels of 2^5 cost
     half the fingerprint bytes of a level of 2^6 and one of 2^3 (at 10^4 entries: 384
-    bytes instead of 576), in the same number of round trips."""
-    target = max(1, items_at_most // 2)
+    bytes instead of 576), in the same number of round trips.
+
+    ``aim``: the children's size aimed at instead (revision 3 aims lower: its child fingerprints
+    cost 4 bytes against about 18 an entry, so one more level of 2^5 children pays for itself by
+    halving the entries listed; at 10^4 entries 2^5 · 2^5 children of 10 instead of 2^5 · 2^4 of 20)."""
+    target = max(1, items_at_most // 2 if aim is None else aim)
     levels = 1
     while (items_at_most << (MAX_SPLIT_BITS * levels)) < count:
         levels += 1
@@ -113,7 +122,8 @@ def split_bits(count: int, items_at_most: int = RANGE_ITEMS) -> int:
     return b
 
 
-def node_for(index: RangeIndex, bits: int, prefix: int, *, items_at_most: int = RANGE_ITEMS) -> Node:
+def node_for(index: RangeIndex, bits: int, prefix: int, *, items_at_most: int = RANGE_ITEMS,
+             width: int = CHILD_FP_BYTES) -> Node:
     """This memory's node for a range: its entries when few, else a split.
 
     A range whose entries crowd into one of its 64 sub-ranges is split in 64 whatever its
@@ -126,13 +136,15 @@ def node_for(index: RangeIndex, bits: int, prefix: int, *, items_at_most: int = 
         return Items(bits, prefix, Digest(dict(index.items(bits, prefix))))
     top = min(MAX_SPLIT_BITS, ORIGIN_BITS - bits)
     fine = index.child_sums(bits, prefix, top)
-    b = min(split_bits(count, items_at_most), top)
+    # Revision 3 (4-byte child fingerprints) aims at children of a quarter of items_at_most.
+    aim = None if width == CHILD_FP_BYTES else max(1, items_at_most // 4)
+    b = min(split_bits(count, items_at_most, aim), top)
     if max(c for _, c in fine) > max(items_at_most, count // 4):
         b = top
     group = 1 << (top - b)
     children = [fine[i:i + group] for i in range(0, len(fine), group)]
     fingerprints = (fingerprint_of(sum(t for t, _ in part), sum(c for _, c in part)) for part in children)
-    return Split(bits, prefix, b, b"".join(fp[:CHILD_FP_BYTES] for fp in fingerprints))
+    return Split(bits, prefix, b, b"".join(fp[:width] for fp in fingerprints))
 
 
 def _size(node: Node) -> tuple[int, int]:
@@ -173,14 +185,16 @@ class _Room:
         return True
 
 
-def plan(view: Ranged, got: Recon | Iterable[Node], *, items_at_most: int = RANGE_ITEMS) -> Plan:
-    """The answer to a RECON (or to nodes alone: an inline digest is an items node for everything)."""
+def plan(view: Ranged, got: Recon | Iterable[Node], *, items_at_most: int = RANGE_ITEMS,
+         width: int = CHILD_FP_BYTES) -> Plan:
+    """The answer to a RECON (or to nodes alone: an inline digest is an items node for everything);
+    ``width``: bytes of each child fingerprint in the splits it sends (4 in revision 3)."""
     nodes = got.nodes if isinstance(got, Recon) else tuple(got)
     index = view.index()
     out, room = Plan(), _Room()
     for node in nodes:
         if isinstance(node, Split):
-            _answer_split(index, node, out, room, items_at_most)
+            _answer_split(index, node, out, room, items_at_most, width)
         else:
             _answer_items(view, index, node, out, room)
     if isinstance(got, Recon):
@@ -196,12 +210,13 @@ def plan(view: Ranged, got: Recon | Iterable[Node], *, items_at_most: int = RANG
     return out
 
 
-def _answer_split(index: RangeIndex, node: Split, out: Plan, room: _Room, items_at_most: int) -> None:
+def _answer_split(index: RangeIndex, node: Split, out: Plan, room: _Room, items_at_most: int, width: int) -> None:
+    theirs = node.width  # the sender's width, which may not be the one this memory answers in
     for i, (fingerprint, _) in enumerate(index.children(node.bits, node.prefix, node.b)):
-        at = i * CHILD_FP_BYTES
-        if fingerprint[:CHILD_FP_BYTES] == node.fingerprints[at:at + CHILD_FP_BYTES]:
+        at = i * theirs
+        if fingerprint[:theirs] == node.fingerprints[at:at + theirs]:
             continue
-        child = node_for(index, *node.child(i), items_at_most=items_at_most)
+        child = node_for(index, *node.child(i), items_at_most=items_at_most, width=width)
         if room.take(1, *_size(child)):
             out.nodes.append(child)
         else:

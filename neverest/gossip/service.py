@@ -80,6 +80,9 @@ class Gossip:
     listen_port: int | None = None  # told to peers, so that they can gossip back; None: not listening
     # Called with the number of records a peer's request brought (the daemon then judges and renders).
     on_received: Callable[[int], None] | None = None
+    # False: every store turn in a worker thread, as before issue 26 (benchmarks/bench_exchange.py's
+    # baseline, measured in the same run).
+    inline_reads: bool = True
 
     def __post_init__(self) -> None:
         # The whole config goes on to the store view (receiving is the memory's: trust, budget); gossip's
@@ -132,9 +135,37 @@ class Gossip:
         async with self._using_store:
             return await trio.to_thread.run_sync(fn, *args)
 
+    async def _with_store_or_inline(self, inline: Callable[[], bool], fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on its turn on the store: here on the event loop when ``inline()`` says that it
+        reads nothing but the view's cached index, else in a worker thread.
+
+        The trip to a thread and back costs about 0.2 ms of CPU, more than an in-sync exchange's own
+        work on either side; three of them were a quarter of such an exchange (issue 26).  ``inline`` is
+        asked under the store's turn, so no worker uses the connection meanwhile."""
+        if not self.inline_reads:
+            return await self._with_store(fn, *args)
+        try:  # the store's turn is nearly always free: take it without a trip through trio's scheduler
+            self._using_store.acquire_nowait()
+        except trio.WouldBlock:
+            await self._using_store.acquire()
+        try:
+            if inline():
+                return fn(*args)
+            return await trio.to_thread.run_sync(fn, *args)
+        finally:
+            self._using_store.release()
+
+    def _cached(self, now_s: float) -> bool:
+        """Whether the view's index is current and the shared addresses need no reading: then a
+        SYNC is built or answered without touching the database (but for one PRAGMA)."""
+        return not self._share_due(now_s) and self._view.fresh()
+
+    def _share_due(self, now_s: float) -> bool:
+        return self._shared_at is None or now_s - self._shared_at > SHARE_REFRESH_S
+
     def _share(self, now_s: float) -> list[tuple[str, str | None]]:
         """The addresses to tell peers about, read again at most every SHARE_REFRESH_S."""
-        if self._shared_at is None or now_s - self._shared_at > SHARE_REFRESH_S:
+        if self._share_due(now_s):
             self._shared = list(table.shareable(self._store.db, self.clock.now()))
             self._shared_at = now_s
         return self._shared
@@ -205,8 +236,11 @@ class Gossip:
 
             def answer() -> Reply:
                 return self._responder.answer(checked, now=now, rng=self.rng, share=self._share(now_s))
+
+            def inline() -> bool:
+                return self._responder.reads_index_only(checked) and self._cached(now_s)
             try:
-                reply = await self._with_store(answer)
+                reply = await self._with_store_or_inline(inline, answer)
             except StoreBusy:
                 raise http.RemoteError("busy: try again later", 503) from None
         else:
@@ -327,7 +361,7 @@ class Gossip:
             with self._view.ahead(applying.ahead):
                 return initiator, initiator.start()
 
-        initiator, request = await self._with_store(start)
+        initiator, request = await self._with_store_or_inline(lambda: self._cached(now_s), start)
         if applying.records:  # the previous answer's records, while this request is out
             await nursery.start(self._apply, applying, done, failure)
         while request is not None:
@@ -345,7 +379,9 @@ class Gossip:
                                                  if not exc.oversize else exc.detail))
                     initiator.result.refused = "oversize" if exc.oversize else None
                 break
-            request = await self._with_store(initiator.handle, reply)
+            # An IN_SYNC reply only ends the exchange: handled here, without a worker thread.
+            request = await self._with_store_or_inline(functools.partial(initiator.reads_no_store, reply),
+                                                       initiator.handle, reply)
             if failure:  # applying the previous answer failed: stop here, exchange raises it
                 break
         return initiator

@@ -52,6 +52,13 @@ class SqliteView:
         """Forget the cached entries: the next read rebuilds them from the database."""
         self._version = None
 
+    def fresh(self) -> bool:
+        """Whether the cached entries are those of the database now (nothing committed since they
+        were read): the in-sync exchange then needs no other read (gossip/service.py answers it on
+        the event loop instead of a trip to a worker thread).  One PRAGMA; in WAL mode it waits for
+        no writer."""
+        return self._version is not None and self.store.data_version() == self._version
+
     def _current(self) -> None:
         version = self.store.data_version()
         if version == self._version:
@@ -94,6 +101,9 @@ class SqliteView:
         """Show ``heads`` (an origin's entry once records not yet applied are) where they are ahead of
         what is held, for the calls made inside; what is held is shown again after.  Nothing may be
         written through this view's connection inside."""
+        if not heads:  # nothing to show (the common case): spare the two PRAGMA reads
+            yield
+            return
         self._current()
         version = self._version
         saved: dict[str, Entry | None] = {}
