@@ -44,7 +44,8 @@ from neverest.records import WIRE_VERSION, canonical, lesson_hash, origin_of, pa
 
 NOW = datetime(2026, 4, 1, 12, tzinfo=UTC)
 OFF = Config(received_budget_bytes=0, received_origin_budget_bytes=0, received_peer_budget_bytes=0,
-             received_exchange_budget_bytes=0)
+             received_exchange_budget_bytes=0, received_untrusted_budget_bytes=0,
+             received_stranger_peer_budget_bytes=0)
 TIGHT = Config(received_budget_bytes=8 * 1024 * 1024, received_origin_budget_bytes=16 * 1024,
                received_peer_budget_bytes=4 * 1024 * 1024, received_exchange_budget_bytes=1024 * 1024)
 

@@ -35,7 +35,8 @@ def pad(*parts: object) -> str:
 
 ORIGINS_IN_FLOOD, RECORDS_PER_ORIGIN = 1_000, 15
 UNBOUNDED = Config(received_budget_bytes=0, received_origin_budget_bytes=0, received_peer_budget_bytes=0,
-                   received_exchange_budget_bytes=0)
+                   received_exchange_budget_bytes=0, received_untrusted_budget_bytes=0,
+                   received_stranger_peer_budget_bytes=0)
 # Small enough that the flood (19.5 MB) overflows every bound many times over.
 BOUNDED = Config(received_budget_bytes=2_000_000, received_origin_budget_bytes=16_000,
                  received_peer_budget_bytes=1_200_000, received_exchange_budget_bytes=600_000)
