@@ -69,7 +69,9 @@ print(sent, refused, cut)
 
 
 def start_daemon(home: Path, cutoff_after: int) -> tuple[subprocess.Popen[bytes], str, str]:
-    (home / "config.toml").write_text(f"gossip_every_s = 3600.0\ngossip_cutoff_after = {cutoff_after}\n")
+    # Both budgets: the attackers' requests do not verify, so they strike their address only.
+    (home / "config.toml").write_text(f"gossip_every_s = 3600.0\ngossip_cutoff_after = {cutoff_after}\n"
+                                      f"gossip_cutoff_address_after = {cutoff_after * 4}\n")
     proc = subprocess.Popen([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
                              "127.0.0.1:0", "--no-mdns"], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
