@@ -178,7 +178,7 @@ async def test_an_honest_peer_behind_the_attackers_address_keeps_exchanging(star
     victim, url = await start("victim", 1, config)
     victim.tarpit_s = 0.05
     honest, _ = await start("honest", 2)
-    late, _ = await start("late", 3)
+    late, late_url = await start("late", 3)
     for node in (honest, late):
         with open_store(node.home) as store, store.write() as db:
             table.add(db, url, source="manual", now=NOW)
@@ -208,9 +208,14 @@ async def test_an_honest_peer_behind_the_attackers_address_keeps_exchanging(star
     for _ in range(3):
         [result] = await honest.round(fanout=3)
         assert result["error"] is None and result["peer"] == victim.identity.origin
-    # A peer that never exchanged from that address is held with the attacker until the cut-off cools.
+    # A peer that never exchanged from that address is held with the attacker until the cut-off cools...
     [result] = await late.round(fanout=3)
     assert result["error"] is not None
+    # ...unless this memory exchanged with it there (it answered, signed, from that address).
+    assert (await victim.exchange(late_url, None)).peer == late.identity.origin
+    assert (await victim.exchange(late_url, late.identity.origin)).error is None
+    [result] = await late.round(fanout=3)
+    assert result["error"] is None and result["peer"] == victim.identity.origin
     pending = {(r.source, r.reason): r.count for r in victim.pending_refusals()}
     assert pending["gossip:127.0.0.1", "cut-off"] >= 5
     assert not any(source == f"gossip:{honest.identity.origin}" for source, _ in pending)

@@ -10,7 +10,8 @@
   entry touched longest ago is forgotten.  IPv6 addresses count by their /64, which is
   what one machine is usually given.  The daemon keeps two: one by origin, one by address
   with a larger ``after`` (service.py says which request strikes which).
-- ``Vouched``: the origins that completed a valid exchange from each address lately.  An
+- ``Vouched``: the origins that completed a valid exchange from each address lately (asking,
+  or answering this memory's own request there).  An
   address is shared by everyone behind one NAT, an attacker included; a signature is not.
   While an address is cut off, a request from it signed by one of these origins is still
   answered, so an honest peer is not cut off with the attacker next to it.  Bounded: past

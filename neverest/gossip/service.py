@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import trio
@@ -329,6 +330,12 @@ class Gossip:
             raise failure[0]
         for applied in done:
             total.applied.add(applied)
+        if total.error is None and total.peer is not None and not total.is_self:
+            # It answered from that address, signed: its own requests from there are heard even
+            # while the address is cut off (``cutoff``), as those of peers that asked from there.
+            host = urlsplit(url).hostname
+            if host:
+                self.vouched.add(guard.address_key(host), total.peer)
         if not self._batched(url, total):
             await self._with_store(self._score, url, total)
         return total
