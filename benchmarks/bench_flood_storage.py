@@ -13,7 +13,7 @@
    off and the usage triggers dropped), best of 3 runs each, interleaved; the figure is the ratio and
    the difference in microseconds, beside raw PyNaCl verification of the same records.
 
-    python benchmarks/bench_flood_storage.py [--quick] [--json]
+    python benchmarks/bench_flood_storage.py [--quick] [--json] [--no-cost] [--identities N [--pool-mb MB]]
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from neverest.records import WIRE_VERSION, canonical, lesson_hash, origin_of, pa
 
 NOW = datetime(2026, 4, 1, 12, tzinfo=UTC)
 OFF = Config(received_budget_bytes=0, received_origin_budget_bytes=0, received_peer_budget_bytes=0,
-             received_exchange_budget_bytes=0)
+             received_exchange_budget_bytes=0, received_untrusted_budget_bytes=0,
+             received_stranger_peer_budget_bytes=0)
 TIGHT = Config(received_budget_bytes=8 * 1024 * 1024, received_origin_budget_bytes=16 * 1024,
                received_peer_budget_bytes=4 * 1024 * 1024, received_exchange_budget_bytes=1024 * 1024)
 
@@ -70,31 +71,45 @@ def plant(store_home: Path, raws: list[bytes], source: str = "bench") -> None:
             holdings.put(db, parse(raw), source=source, now=NOW)
 
 
-def attack(root: Path, raws: list[bytes], config: Config, name: str) -> dict[str, Any]:
-    plant(root / "attacker", raws)
+def attack(root: Path, raws: list[bytes], config: Config, name: str, identities: int = 1) -> dict[str, Any]:
+    """The flood pushed by ``identities`` attackers, each a fresh key with its share of the origins
+    (keys are free: issue 26), one after the other, each until an exchange carries nothing."""
+    share = -(-len(raws) // identities)
+    parts = [raws[k:k + share] for k in range(0, len(raws), share)]
     cluster = Cluster(root, 0)
-    attacker = Node(root / "attacker", bytes([99]) * 32, config=OFF)
     victim = Node(root / "victim", bytes([1]) * 32, config=config)
-    cluster.nodes += [attacker, victim]
+    cluster.nodes.append(victim)
+    for k, part in enumerate(parts):
+        plant(root / f"attacker{k}", part)
+        cluster.nodes.append(Node(root / f"attacker{k}", (99 + k).to_bytes(2, "big") * 16, config=OFF))
     rng = random.Random(7)
     start = time.perf_counter()
     carried = 0
     try:
-        for _ in range(400):
-            result = cluster.exchange(0, 1, now=NOW, rng=rng)
-            if result.error is not None:
-                raise SystemExit(f"{name}: the exchange failed: {result.error}")
-            if not result.records_sent + result.records_received:
-                break
-            carried += 1
+        for a in range(1, len(cluster.nodes)):
+            for _ in range(400):
+                result = cluster.exchange(a, 0, now=NOW, rng=rng)
+                if result.error is not None:
+                    raise SystemExit(f"{name}: the exchange failed: {result.error}")
+                if not result.records_sent + result.records_received:
+                    break
+                carried += 1
         seconds = time.perf_counter() - start
-        last = cluster.exchange(0, 1, now=NOW, rng=rng)
+        last = cluster.exchange(1, 0, now=NOW, rng=rng)
         n, size = budget.received_bytes(victim.store.db, victim.origin)
-        over = sum(r.count for r in holdings.refusals(victim.store.db) if r.reason == "over-budget")
-        return {"config": name, "budget_bytes": config.received_budget_bytes,
-                "peer_budget_bytes": config.received_peer_budget_bytes, "offered": len(raws), "stored": n,
-                "stored_bytes": size, "refused_over_budget": over, "exchanges_with_records": carried,
-                "seconds": round(seconds, 2), "then_in_sync_in_one_round_trip": last.in_sync and last.round_trips == 1}
+        by_peer: dict[str, int] = {}
+        for row in budget.usage(victim.store.db, victim.origin):
+            by_peer[row.peer] = by_peer.get(row.peer, 0) + row.size
+        # Both budget reasons (the pool shared by untrusted origins has its own, untrusted-full).
+        over = sum(r.count for r in holdings.refusals(victim.store.db) if r.reason in ("over-budget", "untrusted-full"))
+        return {"config": name, "identities": len(parts), "budget_bytes": config.received_budget_bytes,
+                "peer_budget_bytes": config.received_peer_budget_bytes,
+                "stranger_peer_budget_bytes": config.received_stranger_peer_budget_bytes,
+                "untrusted_budget_bytes": config.received_untrusted_budget_bytes, "offered": len(raws), "stored": n,
+                "stored_bytes": size, "most_bytes_one_identity": max(by_peer.values(), default=0),
+                "refused_over_budget": over, "exchanges_with_records": carried, "seconds": round(seconds, 2),
+                # With several identities the victim holds what the first one lacks: not in sync then.
+                "then_in_sync_in_one_round_trip": last.in_sync and last.round_trips == 1}
     finally:
         cluster.close()
 
@@ -118,8 +133,9 @@ def _signed(k: nacl.signing.SigningKey, seq: int, text: str) -> bytes:
 def _plain(home: Path) -> None:
     """Today's receive path: no usage triggers (the budget is off as well)."""
     with open_store(home) as store, store.write() as db:
-        db.execute("DROP TRIGGER records_usage_in")
-        db.execute("DROP TRIGGER records_usage_out")
+        # IF EXISTS: the usage has since been written once per batch (only a delete trigger may be left).
+        db.execute("DROP TRIGGER IF EXISTS records_usage_in")
+        db.execute("DROP TRIGGER IF EXISTS records_usage_out")
 
 
 def cost(root: Path, held: int, incoming: int, repeats: int) -> dict[str, Any]:
@@ -162,6 +178,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200 origins in the flood, a smaller store")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-cost", action="store_true", help="the attacks only, not the cost per record")
+    parser.add_argument("--identities", type=int, default=0,
+                        help="also push the flood from this many fresh keys (the default config but the pool)")
+    parser.add_argument("--pool-mb", type=int, default=8, help="the untrusted pool for --identities, in MB")
     args = parser.parse_args()
     origins = 200 if args.quick else 1000
     raws = flood(origins, 15)
@@ -170,8 +190,12 @@ def main() -> None:
         for name, config in (("budget off (baseline)", OFF), ("default config", Config()), ("tight config", TIGHT)):
             root = Path(tmp) / name.split()[0]
             report["attacks"].append(attack(root, raws, config, name))
-        report["cost"] = cost(Path(tmp) / "cost", 4_000 if args.quick else 20_000, 1_000 if args.quick else 3_000,
-                              2 if args.quick else 3)
+        if args.identities > 1:  # the same flood from many fresh keys, against a pool small enough to fill
+            name = f"{args.identities} identities, pool {args.pool_mb} MB"
+            config = Config(received_untrusted_budget_bytes=args.pool_mb * 1_000_000)
+            report["attacks"].append(attack(Path(tmp) / "identities", raws, config, name, args.identities))
+        report["cost"] = None if args.no_cost else cost(Path(tmp) / "cost", 4_000 if args.quick else 20_000,
+                                                        1_000 if args.quick else 3_000, 2 if args.quick else 3)
     report["load_average_after"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(report))
@@ -179,11 +203,16 @@ def main() -> None:
     print(f"flood: {len(raws)} records from {origins} origins, {sum(map(len, raws)) / 1e6:.1f} MB "
           f"(load average {report['load_average']:.2f})")
     for a in report["attacks"]:
-        print(f"  {a['config']:<22} stored {a['stored']:>6} records, {a['stored_bytes'] / 1e6:6.2f} MB "
-              f"(budget {a['budget_bytes'] / 2**20:.0f} MiB, per peer {a['peer_budget_bytes'] / 2**20:.0f} MiB); "
+        print(f"  {a['config']:<22} stored {a['stored']:>6} records, {a['stored_bytes'] / 1e6:6.2f} MB, at most "
+              f"{a['most_bytes_one_identity'] / 1e6:.2f} MB from one identity (budget {a['budget_bytes'] / 2**20:.0f} "
+              f"MiB, per peer {a['peer_budget_bytes'] / 2**20:.0f} MiB, per stranger peer "
+              f"{a['stranger_peer_budget_bytes'] / 1e6:.1f} MB, untrusted pool {a['untrusted_budget_bytes'] / 1e6:.0f} "
+              f"MB); "
               f"refused {a['refused_over_budget']}; {a['exchanges_with_records']} exchanges, {a['seconds']} s; "
               f"then in sync in 1 round trip: {a['then_in_sync_in_one_round_trip']}")
     c = report["cost"]
+    if c is None:
+        return
     print(f"receive of {c['incoming_records']} small records into a store of {c['held_records']}, best of "
           f"{c['repeats']}: plain {c['us_per_record_plain']} us/record, with the budget {c['us_per_record_budget']} "
           f"us/record ({c['budget_over_plain']} x; the check costs {c['us_per_record_budget_check']} us/record); "

@@ -97,9 +97,14 @@ class Config:
     # origins this memory trusts (trust_allow, domain_origins, peers added by hand or in the config, origins
     # whose lessons came true here) are never refused or evicted for it; strangers' fill only what is left.
     received_budget_bytes: int = 256 * 1024 * 1024  # everything received, trusted origins included
-    received_origin_budget_bytes: int = 4 * 1024 * 1024  # one untrusted origin
+    # One untrusted origin.  Keys are free, so one identity nobody vouched for gets 2 MB, as an origin
+    # and (received_stranger_peer_budget_bytes) as the gossip peer that delivers records.
+    received_origin_budget_bytes: int = 2_000_000
     received_peer_budget_bytes: int = 16 * 1024 * 1024  # untrusted origins' records delivered by one peer or source
+    received_stranger_peer_budget_bytes: int = 2_000_000  # ... by one gossip peer this memory does not trust
     received_exchange_budget_bytes: int = 2 * 1024 * 1024  # untrusted records taken from one exchange or sync
+    # Every untrusted origin's records together: however many keys a flood makes, it fills this at most.
+    received_untrusted_budget_bytes: int = 32_000_000
     declined_remember_s: float = 86400.0  # how long an origin refused or evicted for the budget stays refused
     # Refutations (PROTOCOL.md §1, "Refutations"): at most this many are held per origin, the first received;
     # later ones are refused as refute-flood, and this memory signs no more than this itself.  0 = no bound.
@@ -119,8 +124,11 @@ class Config:
     fanout: int = 3  # peers per round
     gossip_budget_bytes: int = 1024 * 1024  # records per answer; a cut answer resumes next exchange
     exchange_timeout_s: float = 60.0  # one request and its whole answer
-    gossip_cutoff_after: int = 16  # invalid requests from one address (or origin) within gossip_cutoff_s ...
+    gossip_cutoff_after: int = 16  # invalid requests signed by one origin within gossip_cutoff_s ...
     gossip_cutoff_s: float = 60.0  # ... and it is answered 429, unread, for this long
+    # Unsigned or unverified requests (and those of origins new to it) from one address (IPv6: its /64)
+    # within gossip_cutoff_s before the address is cut off; origins that exchanged from it are still heard.
+    gossip_cutoff_address_after: int = 64
     # Discovery.  mdns_interfaces: comma-separated IPs to use for zeroconf, "" = all interfaces.
     mdns: bool = True
     mdns_interfaces: str = ""
@@ -180,12 +188,15 @@ class Config:
                                  origin_bytes=self.received_origin_budget_bytes,
                                  peer_bytes=self.received_peer_budget_bytes,
                                  exchange_bytes=self.received_exchange_budget_bytes,
+                                 untrusted_bytes=self.received_untrusted_budget_bytes,
+                                 stranger_peer_bytes=self.received_stranger_peer_budget_bytes,
                                  declined_remember_s=self.declined_remember_s,
                                  refute_origin_max=self.refute_origin_max, verify_processes=self.verify_processes),
             gossip=GossipSection(listen=self.listen, every_s=self.gossip_every_s,
                                  quiet_every_s=self.gossip_quiet_every_s, fanout=self.fanout,
                                  budget_bytes=self.gossip_budget_bytes, exchange_timeout_s=self.exchange_timeout_s,
                                  cutoff_after=self.gossip_cutoff_after, cutoff_s=self.gossip_cutoff_s,
+                                 cutoff_address_after=self.gossip_cutoff_address_after,
                                  future_tolerance_s=self.future_tolerance_s),
             discovery=DiscoverySection(mdns=self.mdns, mdns_interfaces=_names(self.mdns_interfaces),
                                        peers=self.peers, directory=self.directory,
@@ -263,6 +274,8 @@ class BudgetSection:
     origin_bytes: int  # received_origin_budget_bytes
     peer_bytes: int  # received_peer_budget_bytes
     exchange_bytes: int  # received_exchange_budget_bytes
+    untrusted_bytes: int  # received_untrusted_budget_bytes
+    stranger_peer_bytes: int  # received_stranger_peer_budget_bytes
     declined_remember_s: float
     refute_origin_max: int
     verify_processes: int
@@ -278,6 +291,7 @@ class GossipSection:
     exchange_timeout_s: float
     cutoff_after: int  # gossip_cutoff_after
     cutoff_s: float  # gossip_cutoff_s
+    cutoff_address_after: int  # gossip_cutoff_address_after
     future_tolerance_s: float
 
 
@@ -504,7 +518,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     if config.trust_steps < 1:
         raise ConfigError(f"trust_steps: {config.trust_steps!r} is not a positive number of hops")
     for name in ("received_budget_bytes", "received_origin_budget_bytes", "received_peer_budget_bytes",
-                 "received_exchange_budget_bytes", "declined_remember_s", "refute_origin_max"):
+                 "received_exchange_budget_bytes", "received_untrusted_budget_bytes",
+                 "received_stranger_peer_budget_bytes", "declined_remember_s", "refute_origin_max"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name}: {getattr(config, name)!r} is negative (0 turns the bound off)")
     unknown_agents = [a for a in config.agents if a not in AGENTS]
@@ -520,8 +535,9 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         raise ConfigError(f"log_level: log level {config.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if not config.gossip_quiet_every_s > 0:
         raise ConfigError(f"gossip_quiet_every_s: {config.gossip_quiet_every_s!r} must be above 0")
-    if config.gossip_cutoff_after < 1 or config.gossip_cutoff_s <= 0:
-        raise ConfigError("gossip_cutoff_after must be at least 1 and gossip_cutoff_s above 0")
+    if config.gossip_cutoff_after < 1 or config.gossip_cutoff_address_after < 1 or config.gossip_cutoff_s <= 0:
+        raise ConfigError("gossip_cutoff_after and gossip_cutoff_address_after must be at least 1 and "
+                          "gossip_cutoff_s above 0")
     if len(config.peers) > MAX_PEERS:
         raise ConfigError(f"peers: {len(config.peers)} addresses; at most {MAX_PEERS}")
     for route in config.routes:

@@ -12,6 +12,7 @@ from neverest.memory.budget import Decision, Holding, Limits, Offer, Rank, decid
 
 ORIGINS = [f"{i:016x}" for i in range(12)]
 SOURCES = ["gossip:a", "gossip:b", "folder", "commons:c"]
+STRANGERS = {"gossip:b"}  # a gossip peer the memory does not trust
 ranks = st.sampled_from(list(Rank))
 
 
@@ -22,12 +23,13 @@ def worlds(draw: st.DrawFn) -> tuple[Limits, list[Holding], list[Offer]]:
     for origin in draw(st.lists(st.sampled_from(ORIGINS), unique=True, max_size=8)):
         by_source = draw(st.dictionaries(st.sampled_from(SOURCES), st.integers(1, 3000), min_size=1, max_size=2))
         held.append(Holding(origin, rank_of[origin], by_source, draw(st.sampled_from(["t1", "t2", "t3"]))))
-    offers = [Offer(o, draw(st.integers(1, 1500)), draw(st.sampled_from(SOURCES)), rank_of[o],
-                    declined=draw(st.booleans()) and draw(st.booleans()))
-              for o in draw(st.lists(st.sampled_from(ORIGINS), max_size=30))]
+    offers = [Offer(o, draw(st.integers(1, 1500)), source, rank_of[o],
+                    declined=draw(st.booleans()) and draw(st.booleans()), stranger=source in STRANGERS)
+              for o, source in draw(st.lists(st.tuples(st.sampled_from(ORIGINS), st.sampled_from(SOURCES)),
+                                             max_size=30))]
     limit = st.one_of(st.just(0), st.integers(500, 20000))
     limits = Limits(total_bytes=draw(limit), origin_bytes=draw(limit), peer_bytes=draw(limit),
-                    exchange_bytes=draw(limit))
+                    exchange_bytes=draw(limit), untrusted_bytes=draw(limit), stranger_peer_bytes=draw(limit))
     return limits, held, offers
 
 
@@ -69,12 +71,26 @@ def test_what_is_admitted_stays_within_every_bound(world: tuple[Limits, list[Hol
             assert by_origin[o.origin] <= limits.origin_bytes
         if limits.peer_bytes:
             assert by_source[o.source] <= limits.peer_bytes
+        if o.stranger and limits.stranger_peer_bytes:
+            assert by_source[o.source] <= limits.stranger_peer_bytes
     if limits.exchange_bytes:
         assert sum(o.size for o in untrusted) <= limits.exchange_bytes
     assert d.exchange == sum(o.size for o in untrusted)
     initial = sum(h.size for h in held if h.rank is not Rank.OWN)
     if limits.total_bytes and not any(o.rank is Rank.TRUSTED for o in admitted):
         assert total <= max(limits.total_bytes, initial)
+    # The pool shared by untrusted origins: never more than it, or than was held before (trusted
+    # offers do not count in it, so they cannot push it over either).
+    pool_before = sum(h.size for h in held if h.rank >= Rank.KNOWN)
+    pool_after = sum(n for o, n in by_origin.items() if _rank(held, offers, o) >= Rank.KNOWN)
+    if limits.untrusted_bytes:
+        assert pool_after <= max(limits.untrusted_bytes, pool_before)
+        if pool_after > pool_before:
+            assert pool_after <= limits.untrusted_bytes
+
+
+def _rank(held: list[Holding], offers: list[Offer], origin: str) -> Rank:
+    return next(x.rank for x in [*held, *offers] if x.origin == origin)
 
 
 @settings(max_examples=200, deadline=None)
@@ -204,10 +220,39 @@ def test_the_holdings_of_the_offers_alone_decide_the_same_when_there_is_room(
         world: tuple[Limits, list[Holding], list[Offer]]) -> None:
     limits, held, offers = world
     total = sum(h.size for h in held if h.rank is not Rank.OWN)
+    untrusted = sum(h.size for h in held if h.rank >= Rank.KNOWN)
     if limits.total_bytes and total + sum(o.size for o in offers if o.rank is not Rank.OWN) > limits.total_bytes:
         return  # the gate reads every holding then
+    if (limits.untrusted_bytes
+            and untrusted + sum(o.size for o in offers if o.rank >= Rank.KNOWN) > limits.untrusted_bytes):
+        return  # likewise
     origins, sources = {o.origin for o in offers}, {o.source for o in offers}
     part = [h for h in held if h.origin in origins or set(h.by_source) & sources]
     part = [Holding(h.origin, h.rank, h.by_source if h.origin in origins else
                     {s: n for s, n in h.by_source.items() if s in sources}, h.last) for h in part]
-    assert decide(limits, part, offers, total=total) == decide(limits, held, offers)
+    assert decide(limits, part, offers, total=total, untrusted=untrusted) == decide(limits, held, offers)
+
+
+def test_the_untrusted_pool_is_shared_and_known_origins_take_room_from_unknown_ones_only() -> None:
+    limits = Limits(untrusted_bytes=1000)
+    held = [Holding(_u(1), Rank.UNKNOWN, {"gossip:s1": 600}, "t1"),
+            Holding(_u(2), Rank.KNOWN, {"gossip:s2": 300}, "t1")]
+    # A fresh identity's records: refused for the pool, evicting nothing.
+    d = decide(limits, held, [Offer(_u(3), 200, "gossip:s3", Rank.UNKNOWN, stranger=True)])
+    assert d.refused == {0: "untrusted"} and d.evicted == []
+    # A known origin takes room from the unknown one; a trusted one is not in the pool at all.
+    d = decide(limits, held, [Offer(_u(4), 200, "gossip:s3", Rank.KNOWN)])
+    assert d.refused == {} and d.evicted == [_u(1)]
+    d = decide(limits, held, [Offer(_u(5), 5000, "gossip:s3", Rank.TRUSTED)])
+    assert d.refused == {} and d.evicted == []
+    # No room to make for a known origin from other known ones: refused, nothing lost.
+    d = decide(Limits(untrusted_bytes=1000), held[1:], [Offer(_u(4), 800, "gossip:s3", Rank.KNOWN)])
+    assert d.refused == {0: "untrusted"} and d.evicted == []
+
+
+def test_a_stranger_peer_gets_its_own_bound() -> None:
+    limits = Limits(peer_bytes=10_000, stranger_peer_bytes=1000)
+    offers = [Offer(_u(i), 400, "gossip:s", Rank.UNKNOWN, stranger=True) for i in range(4)]
+    assert decide(limits, [], offers).refused == {2: "peer", 3: "peer"}
+    trusted_peer = [o._replace(stranger=False) for o in offers]
+    assert decide(limits, [], trusted_peer).refused == {}

@@ -35,7 +35,8 @@ def pad(*parts: object) -> str:
 
 ORIGINS_IN_FLOOD, RECORDS_PER_ORIGIN = 1_000, 15
 UNBOUNDED = Config(received_budget_bytes=0, received_origin_budget_bytes=0, received_peer_budget_bytes=0,
-                   received_exchange_budget_bytes=0)
+                   received_exchange_budget_bytes=0, received_untrusted_budget_bytes=0,
+                   received_stranger_peer_budget_bytes=0)
 # Small enough that the flood (19.5 MB) overflows every bound many times over.
 BOUNDED = Config(received_budget_bytes=2_000_000, received_origin_budget_bytes=16_000,
                  received_peer_budget_bytes=1_200_000, received_exchange_budget_bytes=600_000)
@@ -183,6 +184,48 @@ def test_the_default_config_bounds_what_a_flood_takes() -> None:
     c = Config()
     assert c.received_origin_budget_bytes < c.received_peer_budget_bytes < c.received_budget_bytes
     assert c.received_exchange_budget_bytes > 0 and c.declined_remember_s > 0
+    # Issue 26: what one identity nobody vouched for can make this memory keep, and all of them together.
+    assert c.received_origin_budget_bytes <= 2_000_000 and c.received_stranger_peer_budget_bytes <= 2_000_000
+    assert 0 < c.received_untrusted_budget_bytes <= 32_000_000 < c.received_budget_bytes
+
+
+def test_a_flood_of_fresh_identities_fills_the_untrusted_pool_at_most(net: Net, flood: list[bytes]) -> None:
+    """Issue 26: identities are free, so a flood comes from many keys, each a peer delivering origins it
+    made.  Each is bounded (as a peer and as an origin), and all of them together by the one pool."""
+    trusted_key = key(1)
+    trusted = _origin(trusted_key)
+    config = Config(received_budget_bytes=0, received_origin_budget_bytes=16_000, received_peer_budget_bytes=0,
+                    received_exchange_budget_bytes=0, received_stranger_peer_budget_bytes=150_000,
+                    received_untrusted_budget_bytes=500_000, trust_allow=trusted)
+    victim = net.add("victim", 1, config)
+    attackers = []
+    for n in range(6):  # 6 x 150 kB of room as peers: the pool (500 kB) is what binds
+        attacker = net.add(f"attacker{n}", 100 + n, UNBOUNDED)
+        plant(attacker.store, flood[n * 600:(n + 1) * 600])  # 40 self-made origins, 780 kB
+        net.until_quiet(attacker, victim)
+        attackers.append(attacker)
+        by_peer: dict[str, int] = {}
+        for row in q.usage(victim.store.db, victim.origin):
+            by_peer[row.peer] = by_peer.get(row.peer, 0) + row.size
+        assert max(by_peer.values()) <= config.received_stranger_peer_budget_bytes  # one identity's bound
+        assert received(victim.store, victim.origin)[1] <= config.received_untrusted_budget_bytes  # the pool
+    per_origin = dict(victim.store.db.execute("SELECT origin, sum(length(raw)) FROM records GROUP BY origin"))
+    assert max(per_origin.values()) <= config.received_origin_budget_bytes
+    assert received(victim.store, victim.origin)[1] > config.received_untrusted_budget_bytes - 20_000  # it filled
+    # The later identities found the pool full: refused for it, with a reason of its own (status shows
+    # refusals by source and reason), and they evicted nothing.
+    full = refused(victim.store, admission.UNTRUSTED_FULL)
+    assert full.get(f"gossip:{attackers[-1].origin}", 0) > 0
+    assert admission.BUDGET_SOURCE not in refused(victim.store, admission.EVICTED)
+    no_gaps(victim.store)
+    # The last identity's records are not carried again (until_quiet: an exchange carrying nothing).
+    assert net.until_quiet(attackers[-1], victim) == 0
+    # A trusted origin's records, delivered by one more stranger, are all taken while the pool is full.
+    honest = net.add("honest", 50, UNBOUNDED)
+    plant(honest.store, [lesson(trusted_key, s) for s in range(1, 31)])
+    net.until_quiet(honest, victim)
+    assert held_seqs(victim.store)[trusted] == list(range(1, 31))
+    assert received(victim.store, victim.origin)[1] > config.received_untrusted_budget_bytes  # the total holds both
 
 
 def test_own_and_trusted_records_survive_a_flood_and_take_room_back(net: Net, flood: list[bytes]) -> None:

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nacl.signing
 import pytest
 import trio
 
 from neverest.clock import FixedClock
 from neverest.config import Config
-from neverest.gossip import guard, http
-from neverest.gossip.codec import MAX_MESSAGE_BYTES
+from neverest.gossip import guard, http, peer_auth
+from neverest.gossip.codec import MAX_MESSAGE_BYTES, MessageType, encode
 from neverest.gossip.service import Gossip
 from neverest.identity import Identity
 from neverest.memory.store import open_store
@@ -111,7 +112,7 @@ def stored_refusals(gossip: Gossip) -> dict[tuple[str, str], int]:
 
 
 async def test_a_flooding_address_is_cut_off_unread_while_an_honest_peer_still_exchanges(start: Start) -> None:
-    config = Config(gossip_cutoff_after=5, gossip_cutoff_s=60.0)
+    config = Config(gossip_cutoff_address_after=5, gossip_cutoff_s=60.0)
     victim, url = await start("victim", 1, config)
     honest, _ = await start("honest", 2)
     with open_store(honest.home) as store, store.write() as db:
@@ -143,7 +144,7 @@ async def test_a_flooding_address_is_cut_off_unread_while_an_honest_peer_still_e
 
 
 async def test_an_oversized_body_is_a_strike_too(start: Start) -> None:
-    config = Config(gossip_cutoff_after=2, gossip_cutoff_s=60.0)
+    config = Config(gossip_cutoff_address_after=2, gossip_cutoff_s=60.0)
     victim, url = await start("victim", 1, config)
     statuses = []
     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
@@ -157,3 +158,93 @@ async def test_an_oversized_body_is_a_strike_too(start: Start) -> None:
     assert statuses == [413, 413, 429]
     assert {(r.source, r.reason) for r in victim.pending_refusals()} == {("gossip:127.0.0.2", "http-413"),
                                                                          ("gossip:127.0.0.2", "cut-off")}
+
+
+def signed_garbage(seed: int, to: str) -> bytes:
+    """A request signed validly by a key made for it (``seed``), with a body that does not decode: the
+    signature tells who sent it, and that origin is at fault."""
+    key = nacl.signing.SigningKey(seed.to_bytes(4, "big") * 8)
+    body = b"\xc1 not a sync"
+    auth = peer_auth.sign(key, MessageType.SYNC, body, to=to, ts=int(NOW.timestamp()),
+                          nonce=seed.to_bytes(16, "big"))
+    return encode(MessageType.SYNC, auth, body)
+
+
+async def test_an_honest_peer_behind_the_attackers_address_keeps_exchanging(start: Start) -> None:
+    """Issue 26: an attacker and an honest peer behind one address (both on 127.0.0.1, as behind one
+    NAT).  The attacker's flood cuts the address off; the honest peer, which exchanged from it
+    before, signs its requests and keeps exchanging; a stranger from there waits like the attacker."""
+    config = Config(gossip_cutoff_after=3, gossip_cutoff_address_after=6, gossip_cutoff_s=60.0)
+    victim, url = await start("victim", 1, config)
+    victim.tarpit_s = 0.05
+    honest, _ = await start("honest", 2)
+    late, late_url = await start("late", 3)
+    for node in (honest, late):
+        with open_store(node.home) as store, store.write() as db:
+            table.add(db, url, source="manual", now=NOW)
+    [result] = await honest.round(fanout=3)
+    assert result["error"] is None and result["peer"] == victim.identity.origin
+    statuses: list[int] = []
+    attacker = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.1"), timeout=10.0)
+    async with attacker:
+        # Requests signed with a fresh key each: every one strikes its origin and, since none of
+        # them exchanged from here, the address too (keys are free).
+        for seed in range(100, 104):
+            answer = await attacker.post(url + http.EXCHANGE_PATH, content=signed_garbage(seed, victim.identity.origin),
+                                         headers={"content-type": http.CONTENT_TYPE})
+            statuses.append(answer.status_code)
+        # Then requests nobody signed.
+        for _ in range(6):
+            answer = await attacker.post(url + http.EXCHANGE_PATH, content=b"\xc1 not msgpack" * 10,
+                                         headers={"content-type": http.CONTENT_TYPE})
+            statuses.append(answer.status_code)
+            if answer.status_code == 429:
+                assert int(answer.headers["retry-after"]) >= 1
+    # Six invalid requests from the address (the signed ones answered with a signed refusal, the
+    # others with 400), then it is cut off: the rest are held and refused.
+    assert statuses == [200] * 4 + [400] * 2 + [429] * 4
+    assert victim.address_cutoffs.blocked(guard.address_key("127.0.0.1"), trio.current_time()) is not None
+    # The honest peer, same address, signs as itself: it keeps exchanging, again and again.
+    for _ in range(3):
+        [result] = await honest.round(fanout=3)
+        assert result["error"] is None and result["peer"] == victim.identity.origin
+    # A peer that never exchanged from that address is held with the attacker until the cut-off cools...
+    [result] = await late.round(fanout=3)
+    assert result["error"] is not None
+    # ...unless this memory exchanged with it there (it answered, signed, from that address).
+    assert (await victim.exchange(late_url, None)).peer == late.identity.origin
+    assert (await victim.exchange(late_url, late.identity.origin)).error is None
+    [result] = await late.round(fanout=3)
+    assert result["error"] is None and result["peer"] == victim.identity.origin
+    pending = {(r.source, r.reason): r.count for r in victim.pending_refusals()}
+    assert pending["gossip:127.0.0.1", "cut-off"] >= 5
+    assert not any(source == f"gossip:{honest.identity.origin}" for source, _ in pending)
+
+
+async def test_a_signed_peer_is_cut_off_by_its_origin_not_its_address(start: Start) -> None:
+    """Strikes of a vouched origin count against it, not against the address it shares."""
+    config = Config(gossip_cutoff_after=2, gossip_cutoff_address_after=100, gossip_cutoff_s=60.0)
+    victim, _ = await start("victim", 1, config)
+    for _ in range(2):
+        victim._strike("127.0.0.1", "ab" * 8, "bad-record")
+    now_s = trio.current_time()
+    assert victim.cutoffs.blocked("origin:" + "ab" * 8, now_s) is not None
+    # That origin was new to the address: its strikes counted there too, under the larger budget.
+    assert victim.address_cutoffs.blocked(guard.address_key("127.0.0.1"), now_s) is None
+    victim.vouched.add(guard.address_key("127.0.0.1"), "cd" * 8)
+    for _ in range(150):
+        victim._strike("127.0.0.1", "cd" * 8, "bad-record")
+    assert victim.address_cutoffs.blocked(guard.address_key("127.0.0.1"), now_s) is None
+    for _ in range(98):
+        victim._strike("127.0.0.1", None, "bad-msgpack")
+    assert victim.address_cutoffs.blocked(guard.address_key("127.0.0.1"), now_s) is not None
+
+
+def test_vouched_is_bounded() -> None:
+    vouched = guard.Vouched(max_addresses=2, per_address=2)
+    for origin in ("a", "b", "c"):
+        vouched.add("addr:1", origin)
+    assert not vouched.has("addr:1", "a") and vouched.has("addr:1", "c")
+    vouched.add("addr:2", "x")
+    vouched.add("addr:3", "y")
+    assert len(vouched) == 2 and not vouched.any("addr:1") and vouched.has("addr:3", "y")

@@ -8,7 +8,15 @@
   by origin.  ``after`` refusals within ``cooling_s`` and it is cut off for ``cooling_s``:
   the edge answers 429 without reading its requests.  Bounded: past ``max_keys``, the
   entry touched longest ago is forgotten.  IPv6 addresses count by their /64, which is
-  what one machine is usually given.
+  what one machine is usually given.  The daemon keeps two: one by origin, one by address
+  with a larger ``after`` (service.py says which request strikes which).
+- ``Vouched``: the origins that completed a valid exchange from each address lately (asking,
+  or answering this memory's own request there).  An
+  address is shared by everyone behind one NAT, an attacker included; a signature is not.
+  While an address is cut off, a request from it signed by one of these origins is still
+  answered, so an honest peer is not cut off with the attacker next to it.  Bounded: past
+  ``max_addresses`` the address touched longest ago is forgotten, and each keeps its
+  ``per_address`` most recent origins.
 
 Both take the time as an argument: the tally the clock's ``now`` (it is stored), the cut-offs
 ``trio.current_time()`` in the daemon (a number in tests).
@@ -25,6 +33,8 @@ from typing import Final
 OTHERS: Final = "gossip:others"  # the source counted when the tally has no room for another
 DEFAULT_TALLY_KEYS: Final = 1024
 DEFAULT_CUTOFF_KEYS: Final = 4096
+DEFAULT_VOUCHED_ADDRESSES: Final = 4096
+DEFAULT_VOUCHED_PER_ADDRESS: Final = 16
 
 
 @dataclass
@@ -119,3 +129,31 @@ class Cutoffs:
             entry.until_s = now_s + self.cooling_s
             return True
         return False
+
+
+class Vouched:
+    def __init__(self, *, max_addresses: int = DEFAULT_VOUCHED_ADDRESSES,
+                 per_address: int = DEFAULT_VOUCHED_PER_ADDRESS) -> None:
+        self.max_addresses, self.per_address = max_addresses, per_address
+        self._table: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def add(self, address: str, origin: str) -> None:
+        """``origin`` completed a valid exchange from ``address`` (an ``address_key``)."""
+        origins = self._table.setdefault(address, OrderedDict())
+        origins[origin] = None
+        origins.move_to_end(origin)
+        while len(origins) > self.per_address:
+            origins.popitem(last=False)
+        self._table.move_to_end(address)
+        while len(self._table) > self.max_addresses:
+            self._table.popitem(last=False)
+
+    def any(self, address: str) -> bool:
+        return address in self._table
+
+    def has(self, address: str, origin: str) -> bool:
+        origins = self._table.get(address)
+        return origins is not None and origin in origins

@@ -17,7 +17,8 @@ Bounds, so that a hostile peer costs little (every remote byte is hostile):
   bound idle connections (the body reader is every server's, ``serving.read_body``);
 - a peer the ``cutoff`` callback names (it kept sending invalid requests) is answered 429
   with ``Retry-After`` before its body is read, after a delay (``tarpit_s``), and the
-  connection is closed; the edge's
+  connection is closed (the callback may let a cut-off address's requests be read, for the
+  responder to answer those signed by origins it vouches for and 429 the rest); the edge's
   own refusals of a body (413, 408, a bad Content-Length) are reported to ``refused`` so
   that they count towards a cut-off too;
 - the responder's errors say who is at fault: ``RemoteError`` (the peer's bytes were
@@ -64,10 +65,11 @@ Refused = Callable[[str, str], None]  # (client host, reason): the edge refused 
 class RemoteError(Exception):
     """The peer sent something unacceptable; the message is safe to send back to it."""
 
-    def __init__(self, reason: str, status: int = 400) -> None:
+    def __init__(self, reason: str, status: int = 400, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
+        self.headers = headers or []  # extra response headers (a 429's Retry-After)
 
 
 @dataclass
@@ -113,7 +115,7 @@ class GossipApp:
         try:
             answer = await self.responder(body, f"{client[0]}:{client[1]}")
         except RemoteError as exc:
-            await _answer(send, exc.status, exc.reason.encode("utf-8") + b"\n", "text/plain")
+            await _answer(send, exc.status, exc.reason.encode("utf-8") + b"\n", "text/plain", exc.headers)
             return
         except Exception:
             log.exception("gossip exchange from %s failed on our side", client[0])

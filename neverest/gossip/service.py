@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import trio
@@ -83,6 +84,7 @@ class Gossip:
     # False: every store turn in a worker thread, as before issue 26 (benchmarks/bench_exchange.py's
     # baseline, measured in the same run).
     inline_reads: bool = True
+    tarpit_s: float = http.DEFAULT_TARPIT_S  # what a refused request from a cut-off address is held for
 
     def __post_init__(self) -> None:
         # The whole config goes on to the store view (receiving is the memory's: trust, budget); gossip's
@@ -100,7 +102,12 @@ class Gossip:
         self._shared_at: float | None = None
         self._inbound_at: dict[str, float] = {}
         self.tally = guard.Tally()
+        # Strikes by origin (signed requests) and by address (the rest, and origins new to the address):
+        # an address may be shared by an attacker and honest peers behind one NAT (``_strike``).
         self.cutoffs = guard.Cutoffs(after=self._gossip.cutoff_after, cooling_s=self._gossip.cutoff_s)
+        self.address_cutoffs = guard.Cutoffs(after=self._gossip.cutoff_address_after,
+                                             cooling_s=self._gossip.cutoff_s)
+        self.vouched = guard.Vouched()  # origins that exchanged validly from each address lately
         # Addresses whose last write was a success with this origin, and what their peer last shared:
         # another success with them changes nothing but a score and a time, written in batches.
         self._clean: dict[str, str] = {}
@@ -199,10 +206,16 @@ class Gossip:
                 for (source, reason), c in self.tally.pending().items()]
 
     def cutoff(self, host: str) -> float | None:
-        """For the HTTP edge, before it reads a request: seconds ``host`` stays cut off, or None."""
-        left = self.cutoffs.blocked(guard.address_key(host), trio.current_time())
-        if left is not None:
-            self.tally.add(f"gossip:{host}", "cut-off", self.clock.now())
+        """For the HTTP edge, before it reads a request: seconds ``host`` stays cut off, or None.
+
+        A cut-off address from which some origin exchanged validly lately is read all the same:
+        ``respond`` answers that origin's signed requests and refuses the rest (an honest peer
+        behind the attacker's NAT keeps exchanging; the attacker cannot sign as it)."""
+        address = guard.address_key(host)
+        left = self.address_cutoffs.blocked(address, trio.current_time())
+        if left is None or self.vouched.any(address):
+            return None
+        self.tally.add(f"gossip:{host}", "cut-off", self.clock.now())
         return left
 
     def refused(self, host: str, reason: str) -> None:
@@ -210,17 +223,27 @@ class Gossip:
         self._strike(host, None, reason)
 
     def _strike(self, host: str, origin: str | None, reason: str) -> None:
+        """One invalid request from ``host``, signed by ``origin`` (None: not signed, or its
+        signature did not verify).  A signed one strikes its origin; it strikes the address too
+        unless the origin exchanged validly from there lately, since keys are free: a flood signed
+        with a fresh key per request must still add up against the address it comes from."""
         now_s = trio.current_time()
+        address = guard.address_key(host)
         self.tally.add(f"gossip:{origin}" if origin else f"gossip:{host}", reason, self.clock.now())
-        for key in (guard.address_key(host), *((f"origin:{origin}",) if origin else ())):
-            if self.cutoffs.strike(key, now_s):
-                log.warning("cut off %s for %g s: %d invalid requests", key, self.cutoffs.cooling_s,
-                            self.cutoffs.after)
+        strikes: list[tuple[guard.Cutoffs, str]] = []
+        if origin:
+            strikes.append((self.cutoffs, f"origin:{origin}"))
+        if origin is None or not self.vouched.has(address, origin):
+            strikes.append((self.address_cutoffs, address))
+        for cutoffs, key in strikes:
+            if cutoffs.strike(key, now_s):
+                log.warning("cut off %s for %g s: %d invalid requests", key, cutoffs.cooling_s, cutoffs.after)
 
     # -- answering ------------------------------------------------------------------------
 
     async def respond(self, body: bytes, client: str) -> bytes:
         host = client.rpartition(":")[0]
+        address = guard.address_key(host)
         now_s, now = trio.current_time(), self.clock.now()
         # The checks that need no store come first, outside the lock: an invalid request costs
         # a decode and a signature check, and never waits for (or delays) an honest answer.
@@ -229,6 +252,14 @@ class Gossip:
         else:  # hashing and decoding a large body: not on the event loop
             checked = await trio.to_thread.run_sync(functools.partial(self._responder.check, body, now=now,
                                                                       rng=self.rng))
+        left = self.address_cutoffs.blocked(address, now_s)
+        if left is not None and not (isinstance(checked, Checked) and self.vouched.has(address, checked.peer)):
+            # The edge read it only because origins exchanged from this cut-off address lately
+            # (``cutoff``): anyone else there is held like at the edge, then refused.
+            self.tally.add(f"gossip:{host}", "cut-off", now)
+            await trio.sleep(min(left, self.tarpit_s))
+            raise http.RemoteError("too many invalid requests: cut off for a while", 429,
+                                   [(b"retry-after", str(max(1, round(left))).encode()), (b"connection", b"close")])
         if isinstance(checked, Checked):
             if self.cutoffs.blocked(f"origin:{checked.peer}", now_s) is not None:
                 self.tally.add(f"gossip:{checked.peer}", "cut-off", now)
@@ -251,6 +282,7 @@ class Gossip:
                      result.error.code, result.error.message)
             self._strike(host, result.peer, result.error.code)
         elif result.error is None and result.peer is not None and not result.introduced:
+            self.vouched.add(address, result.peer)
             if result.applied.accepted:
                 log.info("received %d record(s) from %s", result.applied.accepted, result.peer)
                 if self.on_received is not None:
@@ -332,6 +364,12 @@ class Gossip:
             raise failure[0]
         for applied in done:
             total.applied.add(applied)
+        if total.error is None and total.peer is not None and not total.is_self:
+            # It answered from that address, signed: its own requests from there are heard even
+            # while the address is cut off (``cutoff``), as those of peers that asked from there.
+            host = urlsplit(url).hostname
+            if host:
+                self.vouched.add(guard.address_key(host), total.peer)
         if not self._batched(url, total):
             await self._with_store(self._score, url, total)
         return total

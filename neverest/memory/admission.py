@@ -2,9 +2,10 @@
 
 ``Gate.screen`` reads what is held (bytes by origin and by delivering peer), ranks the origins,
 asks the rule (budget.py) and applies its decision inside the batch's write transaction: it
-evicts, remembers what it declined, and returns the records to refuse (``over-budget``, counted
-by source like every refusal, so ``neverestctl status`` and /metrics show them; evictions are
-counted as ``evicted`` under the source ``budget``).
+evicts, remembers what it declined, and returns the records to refuse with their reason
+(``untrusted-full`` when the pool shared by all untrusted origins is full, ``over-budget`` for every
+other bound; counted by source like every refusal, so ``neverestctl status`` and /metrics show them;
+evictions are counted as ``evicted`` under the source ``budget``).
 
 **Who is trusted** (``Rank.TRUSTED``: never refused or evicted for the budget): the origins the
 owner named (``neverestctl trust add``, ``trust_allow``, ``domain_origins``), those of peers the
@@ -16,6 +17,10 @@ trusted for room: origins that only repeated this memory's own lessons, since an
 published lesson.
 **Known** (``Rank.KNOWN``): origins of the peer table, identities that exchanged signed gossip
 with this memory.  **Unknown**: all others; the 1 000 self-made origins of a flood are unknown.
+Known and unknown origins are *untrusted*: one shared pool (``received_untrusted_budget_bytes``)
+holds them all, so keys made for free cannot each take a slice of the total.  A **stranger** source
+is a gossip peer whose origin is not trusted (``gossip:<origin>``; a folder's files and a commons
+are the owner's choice of source): it is bounded by ``received_stranger_peer_budget_bytes``.
 
 **Declined origins** (table ``declined``, schema v5).  An origin refused for a lasting bound
 (``budget.LASTING``) or evicted is *declined* for ``declined_remember_s``: its records are refused
@@ -49,13 +54,21 @@ from neverest.memory.queries import trust as trust_queries
 from neverest.records import MAX_RECORD_BYTES, Record, RecordError
 
 OVER_BUDGET: Final = "over-budget"
+UNTRUSTED_FULL: Final = "untrusted-full"  # the pool shared by every untrusted origin is full
 EVICTED: Final = "evicted"
 BUDGET_SOURCE: Final = "budget"
 
 
 def limits_of(config: Config) -> Limits:
     return Limits(total_bytes=config.received_budget_bytes, origin_bytes=config.received_origin_budget_bytes,
-                  peer_bytes=config.received_peer_budget_bytes, exchange_bytes=config.received_exchange_budget_bytes)
+                  peer_bytes=config.received_peer_budget_bytes, exchange_bytes=config.received_exchange_budget_bytes,
+                  untrusted_bytes=config.received_untrusted_budget_bytes,
+                  stranger_peer_bytes=config.received_stranger_peer_budget_bytes)
+
+
+def reason_of(bound: Bound) -> str:
+    """The refusal reason counted for a record refused for ``bound``."""
+    return UNTRUSTED_FULL if bound == "untrusted" else OVER_BUDGET
 
 
 def peer_of(source: str) -> str:
@@ -127,27 +140,34 @@ class Gate:
             return Rank.OWN
         return Rank.TRUSTED if origin in trusted else Rank.KNOWN if origin in known else Rank.UNKNOWN
 
-    def screen(self, db: sqlite3.Connection, items: Sequence[tuple[str, Record | RecordError]]) -> set[int]:
-        """The indexes of ``items`` (source, verified record or refusal) to refuse for the budget;
-        runs inside the batch's write transaction, before anything of the batch is stored."""
+    def stranger(self, source: str) -> bool:
+        """Whether ``source`` is a gossip peer this memory does not trust (its origin is not trusted)."""
+        assert self._ranks is not None
+        return source.startswith("gossip:") and source[len("gossip:"):] not in self._ranks[0]
+
+    def screen(self, db: sqlite3.Connection, items: Sequence[tuple[str, Record | RecordError]]) -> dict[int, str]:
+        """The indexes of ``items`` (source, verified record or refusal) to refuse for the budget, with
+        the reason to count (``reason_of``); runs inside the batch's write transaction, before
+        anything of the batch is stored."""
         if self.limits.off:
             if not self._pruned:  # the budget was turned off: what it declined is taken again
                 self._pruned = True
                 self.touched.update(q.undecline(db, expired_at="9999"))
-            return set()
+            return {}
         records = [(k, source, item) for k, (source, item) in enumerate(items)
                    if isinstance(item, Record) and item.origin != self.own_origin]
         if not records:
-            return set()
+            return {}
         trusted, _, declined = self._read(db)
         if not self._pruned:
             self._pruned = True
             self.touched.update(q.undecline(db, expired_at=iso(self.now), origins=trusted))
-        offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined)
+        offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined,
+                        self.stranger(source))
                   for _, source, r in records]
-        total = q.received_bytes(db, self.own_origin)[1]
-        decision = decide(self.limits, self._holdings(db, offers, total), offers, spent=self.spent, cut=self.cut,
-                          total=total)
+        total, untrusted = q.received_split(db, self.own_origin, trusted)
+        decision = decide(self.limits, self._holdings(db, offers, total, untrusted), offers, spent=self.spent,
+                          cut=self.cut, total=total, untrusted=untrusted)
         self.cut = decision.cut
         self.spent = decision.exchange
         for origin in decision.evicted:
@@ -163,13 +183,15 @@ class Gate:
             assert record.seq is not None
             q.decline(db, origin, q.Head(record.seq, holdings.digest_of(record.raw)), until=self.until)
             self._note_declined(origin, record.seq)
-        return {records[i][0] for i in decision.refused}
+        return {records[i][0]: reason_of(bound) for i, bound in decision.refused.items()}
 
-    def _holdings(self, db: sqlite3.Connection, offers: Sequence[Offer], total: int) -> list[Holding]:
+    def _holdings(self, db: sqlite3.Connection, offers: Sequence[Offer], total: int, untrusted: int) -> list[Holding]:
         """What ``decide`` needs: every holding when the batch may need room taken, else only those
         of the offers' origins and peers (budget.decide says why that is enough)."""
         incoming = sum(o.size for o in offers if o.rank is not Rank.OWN)
-        if self.limits.total_bytes and total + incoming > self.limits.total_bytes:
+        incoming_untrusted = sum(o.size for o in offers if o.rank >= Rank.KNOWN)
+        if ((self.limits.total_bytes and total + incoming > self.limits.total_bytes)
+                or (self.limits.untrusted_bytes and untrusted + incoming_untrusted > self.limits.untrusted_bytes)):
             rows = q.usage(db, self.own_origin)
         else:
             rows = q.usage(db, self.own_origin, origins={o.origin for o in offers}, peers={o.source for o in offers})

@@ -24,7 +24,14 @@ admission.py reads those from the store, applies the decision and says who is tr
 - ``origin_bytes``: what one known or unknown origin may hold;
 - ``peer_bytes``: what one source (``gossip:<peer origin>``, ``folder:<file>``, ``commons:...``:
   whoever delivered the records) may hold of known and unknown origins' records;
+- ``stranger_peer_bytes``: what one *stranger* source (a gossip peer this memory does not trust,
+  ``Offer.stranger``) may hold of known and unknown origins' records, on top of ``peer_bytes``:
+  keys are free, so a peer nobody vouched for gets no more room than one origin would;
 - ``exchange_bytes``: known and unknown records admitted from one batch of receiving;
+- ``untrusted_bytes``: all known and unknown origins' records together, one shared pool: a flood of
+  fresh keys (each of them an origin and a peer of its own) fills this much at most, however many
+  identities it makes.  When it is full a known origin takes room from unknown ones (evicted, the
+  order below); an unknown one is refused (bound ``untrusted``).  Trusted origins are not in it;
 - ``total_bytes``: everything received (every rank but ``OWN``).
 
 Bytes are the records' own bytes (``len(raw)``), as stored.
@@ -48,10 +55,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final, Literal, NamedTuple
 
-Bound = Literal["origin", "peer", "exchange", "total", "declined"]
+Bound = Literal["origin", "peer", "exchange", "untrusted", "total", "declined"]
 # Refusals for these bounds last (the origin is *declined* for a while, admission.py): a
 # refusal for the exchange bound only means "later", since the next batch has room again.
-LASTING: Final[frozenset[Bound]] = frozenset({"origin", "peer", "total", "declined"})
+LASTING: Final[frozenset[Bound]] = frozenset({"origin", "peer", "untrusted", "total", "declined"})
 
 
 class Rank(IntEnum):
@@ -67,10 +74,19 @@ class Limits:
     origin_bytes: int = 0
     peer_bytes: int = 0
     exchange_bytes: int = 0
+    untrusted_bytes: int = 0
+    stranger_peer_bytes: int = 0
 
     @property
     def off(self) -> bool:
-        return not (self.total_bytes or self.origin_bytes or self.peer_bytes or self.exchange_bytes)
+        return not (self.total_bytes or self.origin_bytes or self.peer_bytes or self.exchange_bytes
+                    or self.untrusted_bytes or self.stranger_peer_bytes)
+
+    def peer_bound(self, stranger: bool) -> int:
+        """The bound on one source's known and unknown bytes (0: none)."""
+        if not stranger or not self.stranger_peer_bytes:
+            return self.peer_bytes
+        return min(self.peer_bytes, self.stranger_peer_bytes) if self.peer_bytes else self.stranger_peer_bytes
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,7 @@ class Offer(NamedTuple):
     source: str
     rank: Rank
     declined: bool = False  # the origin is declined (admission.py): refused until that expires
+    stranger: bool = False  # the source is a gossip peer this memory does not trust (``stranger_peer_bytes``)
 
 
 @dataclass
@@ -114,6 +131,7 @@ class _Usage:
         self.origin: Counter[str] = Counter()
         self.source: Counter[str] = Counter()  # of known and unknown origins only
         self.total = 0
+        self.untrusted = 0  # of known and unknown origins (the shared pool)
         for h in held:
             if h.rank is Rank.OWN:
                 continue
@@ -121,18 +139,21 @@ class _Usage:
             self.total += h.size
             if h.rank >= Rank.KNOWN:
                 self.source.update(h.by_source)
+                self.untrusted += h.size
 
     def add(self, offer: Offer) -> None:
         self.origin[offer.origin] += offer.size
         self.total += offer.size
         if offer.rank >= Rank.KNOWN:
             self.source[offer.source] += offer.size
+            self.untrusted += offer.size
 
     def remove(self, holding: Holding) -> None:
         self.origin.pop(holding.origin, None)
         self.total -= holding.size
         if holding.rank >= Rank.KNOWN:
             self.source.subtract(holding.by_source)
+            self.untrusted -= holding.size
 
 
 def _bound(limits: Limits, usage: _Usage, offer: Offer, exchange: int) -> Bound | None:
@@ -143,7 +164,8 @@ def _bound(limits: Limits, usage: _Usage, offer: Offer, exchange: int) -> Bound 
         return "declined"
     if limits.origin_bytes and usage.origin[offer.origin] + offer.size > limits.origin_bytes:
         return "origin"
-    if limits.peer_bytes and usage.source[offer.source] + offer.size > limits.peer_bytes:
+    peer_bytes = limits.peer_bound(offer.stranger)
+    if peer_bytes and usage.source[offer.source] + offer.size > peer_bytes:
         return "peer"
     if limits.exchange_bytes and exchange + offer.size > limits.exchange_bytes:
         return "exchange"
@@ -166,14 +188,16 @@ def victims(held: Sequence[Holding], offered: set[str]) -> list[Holding]:
 
 
 def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, spent: int = 0,
-           cut: Mapping[str, Bound] | None = None, total: int | None = None) -> Decision:
+           cut: Mapping[str, Bound] | None = None, total: int | None = None,
+           untrusted: int | None = None) -> Decision:
     """Which offers to refuse (and for which bound) and which holdings to evict, offers taken in order;
     ``spent`` and ``cut`` are what earlier batches of the same exchange admitted against
     ``exchange_bytes`` and the origins they refused (``Decision.exchange`` and ``.cut``): a batch
     never admits the rest of an origin an earlier batch cut.
 
-    ``held`` is every holding, or, when ``total`` (the bytes of every holding but own ones) is given
-    and the offers fit under ``total_bytes`` with it, only the holdings of the offers' origins and
+    ``held`` is every holding, or, when ``total`` (the bytes of every holding but own ones) and
+    ``untrusted`` (those of known and unknown origins) are given and the offers fit under
+    ``total_bytes`` and ``untrusted_bytes`` with them, only the holdings of the offers' origins and
     sources (nothing can be evicted then, and those are all the other bounds read)."""
     decision = Decision(exchange=spent, cut=dict(cut or {}))
     if limits.off:
@@ -181,28 +205,43 @@ def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, 
     usage = _Usage(held)
     if total is not None:
         usage.total = total
+    if untrusted is not None:
+        usage.untrusted = untrusted
     queue: list[Holding] | None = None  # sorted only when room must be taken
     cut = decision.cut
     exchange = spent
+
+    def make_room(offer: Offer, need: int) -> bool:
+        """Evict holdings of lower rank than ``offer`` until ``need`` bytes are freed; False (and
+        nothing evicted) when they would not free enough (trusted offers take what there is)."""
+        nonlocal queue
+        if queue is None:
+            queue = victims(held, {o.origin for o in offers})
+        lower = [h for h in queue if h.rank > offer.rank]
+        if offer.rank is not Rank.TRUSTED and sum(h.size for h in lower) < need:
+            return False
+        for h in lower:
+            if need <= 0:
+                break
+            queue.remove(h)
+            usage.remove(h)
+            decision.evicted.append(h.origin)
+            need -= h.size
+        return True
+
     for i, offer in enumerate(offers):
         if offer.rank is Rank.OWN:
             continue
         reason = cut.get(offer.origin) or _bound(limits, usage, offer, exchange)
-        if reason is None and limits.total_bytes and usage.total + offer.size > limits.total_bytes:
-            need = usage.total + offer.size - limits.total_bytes
-            if queue is None:
-                queue = victims(held, {o.origin for o in offers})
-            lower = [h for h in queue if h.rank > offer.rank]
-            if offer.rank is Rank.TRUSTED or sum(h.size for h in lower) >= need:
-                for h in lower:
-                    if need <= 0:
-                        break
-                    queue.remove(h)
-                    usage.remove(h)
-                    decision.evicted.append(h.origin)
-                    need -= h.size
-            else:
-                reason = "total"
+        if reason is None:
+            # What the shared pool and the total lack; the holdings that can be evicted for this offer
+            # (of lower rank: known or unknown) count in both, so freeing the larger need frees both,
+            # and nothing is evicted for an offer then refused.
+            pool = (usage.untrusted + offer.size - limits.untrusted_bytes
+                    if offer.rank >= Rank.KNOWN and limits.untrusted_bytes else 0)
+            whole = usage.total + offer.size - limits.total_bytes if limits.total_bytes else 0
+            if max(pool, whole) > 0 and not make_room(offer, max(pool, whole)):
+                reason = "untrusted" if pool >= whole else "total"
         if reason is not None:
             cut[offer.origin] = reason
             decision.refused[i] = reason

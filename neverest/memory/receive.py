@@ -387,7 +387,7 @@ class Receiver:
             for k, (source, item, result, vector) in enumerate(self._pending):
                 if vector is None and isinstance(item, Record):
                     vector = vectors.get(id(item))
-                reason = (admission.OVER_BUDGET if k in over
+                reason = (over[k] if k in over
                           else self._store_one(db, source, item, result, horizon, vector, usage, unknown))
                 if reason is not None:
                     refused[source, reason] += 1

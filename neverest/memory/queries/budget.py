@@ -49,6 +49,15 @@ def received_bytes(db: sqlite3.Connection, own_origin: str) -> tuple[int, int]:
     return int(n), int(size)
 
 
+def received_split(db: sqlite3.Connection, own_origin: str, trusted: Collection[str]) -> tuple[int, int]:
+    """(bytes held from other origins, of those the bytes of origins not in ``trusted``), in one pass."""
+    total, untrusted = db.execute(
+        "SELECT coalesce(sum(bytes), 0), coalesce(sum(CASE WHEN origin IN (SELECT value FROM json_each(?)) "
+        "THEN 0 ELSE bytes END), 0) FROM received_usage WHERE origin != ?",
+        (json.dumps(sorted(trusted)), own_origin)).fetchone()
+    return int(total), int(untrusted)
+
+
 def report(db: sqlite3.Connection, own_origin: str, budget_bytes: int) -> dict[str, int]:
     """What status shows of the budget: records and bytes held from others, the budget, origins declined."""
     n, size = received_bytes(db, own_origin)
