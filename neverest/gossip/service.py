@@ -353,7 +353,7 @@ class Gossip:
                 result = initiator.result
                 origin = result.peer or origin
                 total = result if total is None else _merge(total, result)
-                applying = _Applying(initiator.deferred, initiator.ahead, initiator.source) \
+                applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer) \
                     if initiator.deferred else _Applying()
                 if failure or result.error is not None or not result.more or result.is_self:
                     break
@@ -382,11 +382,18 @@ class Gossip:
         try:
             async with self._using_store:
                 task_status.started()
-                applied = await trio.to_thread.run_sync(functools.partial(
-                    self._view.apply, applying.records, source=applying.source, now=now))
+                applied = await trio.to_thread.run_sync(self._claim_and_apply, applying, now)
             done.append(applied)
         except Exception as exc:  # re-raised by exchange once the nursery is done, not as a group
             failure.append(exc)
+
+    def _claim_and_apply(self, applying: _Applying, now: datetime) -> ReceiveResult:
+        if applying.peer is not None and applying.url:
+            # A peer added by its address alone is known by origin only once an exchange completes: its
+            # first exchange's records would be screened as a stranger's (2 MB) and their origins declined.
+            with self._store.write() as db:
+                table.claim_chosen(db, applying.url, applying.peer)
+        return self._view.apply(applying.records, source=applying.source, now=now)
 
     async def _exchange_once(self, url: str, origin: str | None, applying: _Applying, nursery: trio.Nursery,
                              done: list[ReceiveResult], failure: list[Exception]) -> Initiator:
@@ -524,6 +531,8 @@ class _Applying:
     records: list[bytes] = field(default_factory=list)
     ahead: dict[str, Entry] = field(default_factory=dict)  # the entries they will give
     source: str = ""
+    url: str = ""  # where they came from
+    peer: str | None = None  # the origin that answered from there, proven by its signature
 
 
 def _remember(memo: dict[str, V], key: str, value: V) -> None:

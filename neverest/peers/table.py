@@ -45,6 +45,7 @@ from typing import Final
 from neverest.clock import iso
 
 SOURCES: Final = ("manual", "mdns", "directory", "inbound", "config")
+CHOSEN_SOURCES: Final = ("manual", "config")  # the owner's choice (memory.queries.budget's _CHOSEN)
 LEARNED_PREFIX: Final = "peer:"  # + the origin of the peer that shared the address
 SELF: Final = "self"
 DEFAULT_PORT: Final = 7428
@@ -325,6 +326,17 @@ def inbound(db: sqlite3.Connection, origin: str, url: str | None, now: datetime)
     cursor = db.execute("INSERT INTO peer_addresses (url, origin, source, added) VALUES (?, ?, 'inbound', ?) "
                         "ON CONFLICT(url) DO NOTHING", (url, origin, iso(now)))
     return bool(cursor.rowcount)
+
+
+def claim_chosen(db: sqlite3.Connection, url: str, origin: str) -> None:
+    """The peer at an address the owner chose (added by hand or in the config) proved, by a signed
+    answer, that it is ``origin``: the address takes that origin now, before the records of this first
+    exchange are screened, so that they are screened as a chosen peer's and not a stranger's (the
+    storage budget's per-peer bound).  An address that already names an origin keeps it: only a
+    completed exchange changes that (``succeeded``)."""
+    marks = ",".join("?" * len(CHOSEN_SOURCES))
+    db.execute(f"UPDATE peer_addresses SET origin = ? WHERE url = ? AND origin IS NULL AND source IN ({marks})",
+               (origin, url, *CHOSEN_SOURCES))
 
 
 def succeeded(db: sqlite3.Connection, url: str, origin: str, now: datetime) -> str | None:
