@@ -44,7 +44,7 @@ from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.queries import sleeps
 from neverest.memory.queries import status as status_queries
 from neverest.memory.queries import trust as trust_queries
-from neverest.memory.store import Store, StoreError, meta_value, open_store
+from neverest.memory.store import Store, meta_value, open_store
 from neverest.records import Record
 
 # The passes that embed, learn, receive, sign and judge (numpy, PyNaCl, the commons), the project logs and
@@ -93,16 +93,7 @@ def _with_known_public(store: Store, identity: Identity) -> Identity:
     tag, _, public = (meta_value(store.db, PUBLIC_KEY_META) or "").partition(":")
     if tag == identity.seed_tag and len(public) == 64:
         return identity.with_public(bytes.fromhex(public))
-    value = f"{identity.seed_tag}:{identity.public_key.hex()}"
-    timeout_ms = store.db.execute("PRAGMA busy_timeout").fetchone()[0]
-    store.db.execute("PRAGMA busy_timeout = 50")  # a cache: never worth waiting for another writer
-    try:
-        with store.write() as db:
-            Store.set_meta(db, PUBLIC_KEY_META, value)
-    except (StoreError, sqlite3.Error):
-        pass
-    finally:
-        store.db.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+    store.set_meta_if_free(PUBLIC_KEY_META, f"{identity.seed_tag}:{identity.public_key.hex()}")
     return identity
 
 

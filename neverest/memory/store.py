@@ -435,6 +435,20 @@ class Store:
         db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                    (key, value))
 
+    def set_meta_if_free(self, key: str, value: str, *, wait_ms: int = 50) -> bool:
+        """Set a meta value that is only a cache: waits ``wait_ms`` at most for another writer, and
+        says whether it was written (a store busy that long, or read-only, is left as it is)."""
+        timeout_ms = int(self.db.execute("PRAGMA busy_timeout").fetchone()[0])
+        self.db.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+        try:
+            with self.write() as db:
+                Store.set_meta(db, key, value)
+            return True
+        except (StoreError, sqlite3.Error):
+            return False
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+
     def data_version(self) -> tuple[int, int]:
         """Changes when any connection commits: ``data_version`` moves when another connection
         commits, ``total_changes`` when this one writes."""
