@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from neverest.memory.budget import Decision, Holding, Limits, Offer, Rank, decide, victims
@@ -145,7 +145,10 @@ def test_no_limits_decide_nothing(world: tuple[Limits, list[Holding], list[Offer
 @given(worlds(), st.integers(1, 29))
 def test_batches_decide_as_one(world: tuple[Limits, list[Holding], list[Offer]], at: int) -> None:
     """Offers split into two batches, the second told what the first did, decide what one batch does
-    (no eviction in play: the gate re-reads the holdings between batches, this test does not)."""
+    (no eviction in play: the gate re-reads the holdings between batches, this test does not).  The total is
+    off; the untrusted pool still evicts: a known origin's later batch may make room by evicting an unknown
+    origin an earlier batch admitted (in one batch that unknown was only offered, and an offer is never
+    evicted), so those splits are left out."""
     limits, held, offers = world
     limits = dataclasses.replace(limits, total_bytes=0)
     whole = decide(limits, held, offers)
@@ -162,6 +165,7 @@ def test_batches_decide_as_one(world: tuple[Limits, list[Holding], list[Offer]],
             merged[origin][s] += n
     after = [Holding(o, ranks[o], s) for o, s in merged.items()]
     second = decide(limits, after, offers[at:], spent=first.exchange, cut=first.cut)
+    assume(not second.evicted)
     refused = set(first.refused) | {i + at for i in second.refused}
     assert refused == set(whole.refused)
 
