@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_cli import _quantile, bytecode_note  # the same folder: on sys.path when this script runs
+
 BASELINE = "python -c pass"
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
@@ -61,23 +63,6 @@ def _timed_pass(env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
     return time.perf_counter() - start
-
-
-def bytecode_note() -> str:
-    """Whether neverest's modules run from cached bytecode, as an installed copy does: without it (an
-    environment with PYTHONDONTWRITEBYTECODE and no earlier compile) every run compiles them from source,
-    tens of milliseconds that `python -c pass` never pays."""
-    import importlib.util
-
-    import neverest.ctl
-
-    cached = Path(importlib.util.cache_from_source(neverest.ctl.__file__)).exists()
-    return "bytecode of neverest: " + ("cached" if cached else "NOT cached, each run compiles it from source "
-                                       "(PYTHONDONTWRITEBYTECODE; run `python -m compileall neverest` first)")
-
-
-def _quantile(values: list[float], q: float) -> float:
-    return sorted(values)[max(0, round(q * len(values)) - 1)]
 
 
 def main(argv: list[str] | None = None) -> int:
