@@ -23,7 +23,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 from neverest import __version__
 
@@ -142,6 +142,35 @@ RELAY_NOTE_KINDS, RELAY_LIMIT = ("note", "deploy", "correction"), 20  # commands
 PROXY_LISTEN = "127.0.0.1:7429"  # commands.relay.DEFAULT_PROXY_LISTEN
 
 
+class _Unbuilt:
+    """What ``add_parser`` gives for a command the command line does not name, when only the named one is
+    built: it takes every call a command's grammar makes (``add_argument``, ``set_defaults``, nested
+    ``add_subparsers``/``add_parser``...) and builds nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
+        return lambda *args, **kwargs: self
+
+
+class _OnlyCommand:
+    """The top-level subparsers action, building the parser of one command and none of the others.
+
+    Building all ~40 parsers costs about 20 ms (argparse looks up its message catalogue for every help
+    text), more than most commands' own work (docs/figures.md, start-up); a command line that names a
+    command needs only that one.  ``found`` says whether the name was one of them."""
+
+    def __init__(self, sub: SubParsers[argparse.ArgumentParser], wanted: str) -> None:
+        self._sub, self._wanted, self.found = sub, wanted, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if name != self._wanted:
+            return cast(argparse.ArgumentParser, _UNBUILT)
+        self.found = True
+        return self._sub.add_parser(name, **kwargs)
+
+
+_UNBUILT = _Unbuilt()
+
+
 def _top_parser() -> tuple[argparse.ArgumentParser, SubParsers[argparse.ArgumentParser], argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
@@ -173,10 +202,24 @@ def _add_verify_parser(sub: SubParsers[argparse.ArgumentParser], common: argpars
     p.add_argument("files", nargs="*", metavar="FILE", help="files of records ('-' or none: standard input)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every command's arguments, each naming the function that runs it (see ``command``).  Nothing here
-    imports a command's module: adding a command is a ``command(...)`` line and its arguments."""
+    imports a command's module: adding a command is a ``command(...)`` line and its arguments.
+
+    ``only``: build that top-level command's parser alone (what ``main`` does once the command line names
+    a command); a name that is no command builds them all, so that argparse lists the choices."""
+    if only is not None:
+        parser, sub, common = _top_parser()
+        one = _OnlyCommand(sub, only)
+        _add_commands(cast("SubParsers[argparse.ArgumentParser]", one), common)
+        if one.found:
+            return parser
     parser, sub, common = _top_parser()
+    _add_commands(sub, common)
+    return parser
+
+
+def _add_commands(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
 
     p = command(sub, common, "init", "neverest.ctl:cmd_init",
                 help="make a new memory in --home (or check an existing one)")
@@ -352,7 +395,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-remote", action="store_true",
                    help="listen on an address that is not loopback (anyone reaching it with the token can read and "
                    "write this memory, over plain HTTP)")
-    return parser
 
 
 def _add_agent_parsers(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -447,15 +489,21 @@ def runner(func: str | Callable[[argparse.Namespace], int]) -> Callable[[argpars
     return run
 
 
-def _is_verify(argv: Sequence[str]) -> bool:
-    """Whether the command line asks for ``verify`` (its first word that is not ``--home DIR``)."""
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not ``--home DIR``; None when that word is
+    another option (``--help``, ``--version``) or there is none."""
     words = iter(argv)
     for word in words:
         if word == "--home":
             next(words, None)
         elif not word.startswith("--home="):
-            return word == "verify"
-    return False
+            return None if word.startswith("-") else word
+    return None
+
+
+def _is_verify(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for ``verify``."""
+    return _command_word(argv) == "verify"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -465,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from neverest.paths import use_private_umask
 
     use_private_umask()  # files made in the home (the store's -wal and -shm too) are born private
-    parser = build_parser()
+    parser = build_parser(only=_command_word(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help

@@ -57,6 +57,36 @@ def test_every_command_names_a_function_that_exists() -> None:
         assert callable(ctl.runner(func)), func
 
 
+def _grammar(parser: argparse.ArgumentParser) -> list[tuple[object, ...]]:
+    """What a parser accepts, nested commands included: every action's options, destination, choices and
+    default, and every command's function."""
+    return [(tuple(a.option_strings), a.dest, a.nargs, a.required,
+             tuple(a.choices) if a.choices is not None and not isinstance(a, argparse._SubParsersAction) else None,
+             a.default) for a in parser._actions] + [
+        (p.prog, p.get_default("func"), tuple(_grammar(p))) for p in _commands(parser)]
+
+
+def test_a_command_line_naming_a_command_builds_that_command_alone_and_the_same() -> None:
+    full = ctl.build_parser()
+    top = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(top.choices) >= 30
+    for name, whole in top.choices.items():
+        one = ctl.build_parser(only=name)
+        only = next(a for a in one._actions if isinstance(a, argparse._SubParsersAction))
+        assert list(only.choices) == [name]  # the others were not built
+        assert _grammar(only.choices[name]) == _grammar(whole), name
+    # A word that is no command builds them all, so that the error lists the choices.
+    unknown = ctl.build_parser(only="no-such-command")
+    assert list(next(a for a in unknown._actions if isinstance(a, argparse._SubParsersAction)).choices) == list(
+        top.choices)
+
+
+def test_an_unknown_command_is_refused_with_every_choice_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ctl.main(["no-such-command"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'no-such-command'" in err and "'lessons'" in err and "'trust'" in err
+
+
 # What `lessons` and `status` need not load without a daemon either: the passes, the crypto, the safety rule's
 # and the project logs' modules (the memory service imports them on use).
 PASSES = ("numpy", "trio", "httpx", "nacl", "neverest.safety", "neverest.relay")

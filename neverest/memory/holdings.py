@@ -44,8 +44,7 @@ def signed_time(record: Record) -> str:
     return str(record.fields["updated"] if record.type == "lesson" else record.fields["at"])
 
 
-@dataclass(frozen=True)
-class Held:
+class Held(NamedTuple):
     """A stored record's row, without re-verifying it (it was verified when stored)."""
 
     id: int

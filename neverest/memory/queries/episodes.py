@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 _INSERT: Final = (
@@ -20,8 +19,7 @@ EXPORTED: Final = ("id", "kind", "agent", "session", "cwd", "title", "said", "ag
                    "archived", "pending", "lesson_id")
 
 
-@dataclass(frozen=True)
-class NewEpisode:
+class NewEpisode(NamedTuple):
     id: str
     kind: str
     agent: str

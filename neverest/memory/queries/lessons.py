@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from neverest.memory.queries.episodes import Scored
@@ -20,8 +19,7 @@ from neverest.memory.space import DIM
 _SOURCE_COUNT: Final = "(SELECT count(*) FROM lesson_sources s WHERE s.lesson_id = lessons.id)"
 
 
-@dataclass(frozen=True)
-class NewLesson:
+class NewLesson(NamedTuple):
     hash: str
     kind: str
     text: str
@@ -85,8 +83,7 @@ def count(db: sqlite3.Connection) -> int:
 # -- what is shown --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LessonRow:
+class LessonRow(NamedTuple):
     id: int
     hash: str
     kind: str

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Counts:
+class Counts(NamedTuple):
     episodes: int
     lessons: int  # not archived
     records: int
@@ -15,7 +14,7 @@ class Counts:
     tombstones: int
 
     def to_json(self) -> dict[str, int]:
-        return asdict(self)
+        return self._asdict()
 
 
 def counts(db: sqlite3.Connection) -> Counts:
