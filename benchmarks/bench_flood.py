@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        with_cutoff = run(Path(tmp), args.origins, args.exchanges, args.attackers, Config.gossip_cutoff_after,
+        with_cutoff = run(Path(tmp), args.origins, args.exchanges, args.attackers, Config().gossip_cutoff_after,
                           args.attacker_address)
         without = run(Path(tmp), args.origins, args.exchanges, args.attackers, 10**9, args.attacker_address)
     out = {"origins": args.origins, "exchanges": args.exchanges, "load": load, "cutoff": with_cutoff,

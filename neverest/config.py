@@ -19,12 +19,10 @@ lists every field with its default (a test keeps the two equal).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -41,8 +39,13 @@ class ConfigError(Exception):
     """config.toml or an environment variable holds something unusable."""
 
 
-@dataclass(frozen=True)
-class Config:
+class _Settings(NamedTuple):
+    """Every setting, flat, as the person writes it (``Config`` adds the sections).
+
+    A named tuple rather than a frozen dataclass: every command that opens the memory imports this module,
+    and ``dataclasses`` compiles the methods of a class of 73 fields at each import (5–6 ms on a quiet
+    machine, against under 1 ms; docs/figures.md, start-up).  Change a copy with ``config._replace(...)``."""
+
     # Which defaults the settings below start from (PROFILES): "lan", "wan" or "local".
     profile: str = "lan"
     # The store: how long a writer waits for another process's lock.
@@ -164,6 +167,11 @@ class Config:
     api_listen: str = ""
     api_allow_remote: bool = False
 
+
+
+
+class Config(_Settings):
+    """The configuration: the settings, and the sections each part of Neverest is handed."""
 
     @functools.cached_property
     def sections(self) -> Sections:
@@ -369,8 +377,8 @@ _WHAT: Final[dict[type, str]] = {str: "a string", float: "a number", int: "a who
 
 
 def _kind(name: str) -> type:
-    field_type = next(f.type for f in fields(Config) if f.name == name)
-    return _KINDS[str(field_type)]
+    spelled = _Settings.__annotations__[name]  # a string, or typing's ForwardRef of it (postponed annotations)
+    return _KINDS[str(getattr(spelled, "__forward_arg__", spelled))]
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
@@ -485,7 +493,7 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         if bad:
             raise ConfigError(f"{path}: [routes] {bad[0]!r}: give the upstream as a string URL")
         values["routes"] = [f"{prefix}={url}" for prefix, url in table.items()]
-    names = [f.name for f in fields(Config)]
+    names = Config._fields
     unknown = set(values) - set(names)
     if unknown:
         raise ConfigError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}")
@@ -501,7 +509,7 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
     if profile not in PROFILES:
         raise ConfigError(f"profile: {profile!r} is not one of {', '.join(PROFILES)}")
     values = {**PROFILES[profile], **values, "profile": profile}
-    config = dataclasses.replace(Config(), **{k: _coerce(k, _kind(k), v) for k, v in values.items()})
+    config = Config()._replace(**{k: _coerce(k, _kind(k), v) for k, v in values.items()})
     if config.trust not in TRUST_POLICIES:
         raise ConfigError(f"trust: {config.trust!r} is not one of {', '.join(TRUST_POLICIES)}")
     if not 0.0 < config.trust_damping < 1.0:
@@ -540,8 +548,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None, *, path: Path 
         if not getattr(config, name) > 0:
             raise ConfigError(f"{name}: {getattr(config, name)!r} must be above 0")
     peers = tuple(dict.fromkeys(_peer_url(url) for url in config.peers))
-    return dataclasses.replace(config, log_level=config.log_level.strip().lower(), peers=peers,
-                               agents=tuple(dict.fromkeys(config.agents)))
+    return config._replace(log_level=config.log_level.strip().lower(), peers=peers,
+                            agents=tuple(dict.fromkeys(config.agents)))
 
 
 def config_warnings(config: Config) -> list[str]:

@@ -3,7 +3,6 @@ receive path, what survives it, eviction, restarts, and gossip after an eviction
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import random
 import sqlite3
@@ -231,7 +230,7 @@ def test_a_flood_of_fresh_identities_fills_the_untrusted_pool_at_most(net: Net, 
 def test_own_and_trusted_records_survive_a_flood_and_take_room_back(net: Net, flood: list[bytes]) -> None:
     trusted_key, known_key = key(1), key(2)
     trusted, known = origin_of(bytes(trusted_key.verify_key)), origin_of(bytes(known_key.verify_key))
-    config = dataclasses.replace(BOUNDED, trust_allow=trusted)
+    config = BOUNDED._replace(trust_allow=trusted)
     victim = net.add("victim", 1, config)
     own_key = victim.identity.signing_key
     with victim.store.write() as db:
@@ -264,7 +263,7 @@ def test_own_and_trusted_records_survive_a_flood_and_take_room_back(net: Net, fl
 
 
 def test_unknown_origins_go_before_known_ones(net: Net) -> None:
-    config = dataclasses.replace(BOUNDED, received_budget_bytes=60_000, received_peer_budget_bytes=0)
+    config = BOUNDED._replace(received_budget_bytes=60_000, received_peer_budget_bytes=0)
     victim = net.add("victim", 1, config)
     known_key, late_key, trusted_key = key(2), key(3), key(4)
     known, late = origin_of(bytes(known_key.verify_key)), origin_of(bytes(late_key.verify_key))
@@ -286,7 +285,7 @@ def test_unknown_origins_go_before_known_ones(net: Net) -> None:
     assert held[late] == list(range(1, 11)) and held[known] == list(range(1, 11))
     assert sum(o in held for o in map(_origin, strangers)) == 2  # one was enough to make room
     # A trusted origin's take from the known ones once no stranger is left, and never the other way.
-    victim2 = dataclasses.replace(config, trust_allow=_origin(trusted_key))
+    victim2 = config._replace(trust_allow=_origin(trusted_key))
     victim.config = victim2
     victim.view.config = victim2
     plant(peer.store, [lesson(trusted_key, s) for s in range(1, 40)])
@@ -332,7 +331,7 @@ def test_the_bound_holds_across_a_restart(net: Net, tmp_path: Path, flood: list[
 
 
 def test_gossip_after_an_eviction_converges_and_takes_the_origin_back_later(net: Net) -> None:
-    config = dataclasses.replace(BOUNDED, received_budget_bytes=30_000, received_peer_budget_bytes=0,
+    config = BOUNDED._replace(received_budget_bytes=30_000, received_peer_budget_bytes=0,
                                  trust_allow=_origin(key(4)))
     victim = net.add("victim", 1, config)
     peer = net.add("peer", 50, UNBOUNDED)
@@ -355,7 +354,7 @@ def test_gossip_after_an_eviction_converges_and_takes_the_origin_back_later(net:
     assert sent == 1 and net.exchange(peer, victim) == (0, 1, True)
     # Once the decline expires and there is room again, the origin comes back whole, without a gap.
     later = NOW + timedelta(seconds=config.declined_remember_s + 1)
-    roomier = dataclasses.replace(config, received_budget_bytes=100_000)
+    roomier = config._replace(received_budget_bytes=100_000)
     victim.config = victim.view.config = roomier
     assert net.exchange(peer, victim, now=later)[0] == 0  # the digest still shows it until a batch is screened
     plant(peer.store, [lesson(key(4), 20)])
@@ -423,7 +422,7 @@ def test_status_and_metrics_show_the_budget_and_its_refusals(tmp_path: Path, flo
     from neverest.memory.service import Memory
     from neverest.metrics import render_metrics, snapshot_from_status
 
-    config = dataclasses.replace(BOUNDED, received_budget_bytes=100_000)
+    config = BOUNDED._replace(received_budget_bytes=100_000)
     with Memory.open(tmp_path, config, FixedClock(NOW)) as memory:
         receive(memory.store, flood[:150], source="folder:x.jsonl", own_origin=memory.identity.origin, config=config,
                 now=NOW)
@@ -441,7 +440,7 @@ def test_the_usage_put_adds_per_batch_is_what_the_records_hold(tmp_path: Path) -
     """``received_usage`` is added to once per batch and origin (holdings.Usage), not by a trigger per
     record: after new records, duplicates, forks, older versions, folder files, a publisher's own
     records and an eviction, it is still exactly what the records hold, by origin and peer."""
-    config = dataclasses.replace(Config(), received_origin_budget_bytes=6_000, verify_processes=0)
+    config = Config()._replace(received_origin_budget_bytes=6_000, verify_processes=0)
     raws = [lesson(key(k), s) for k in range(1, 6) for s in range(1, 9)]
     fork = lesson(key(1), 3, tag="other ")
     older = sign_lesson(key(2), kind="error", text=parse(raws[8]).fields["text"], seen=1, strength=1.0,

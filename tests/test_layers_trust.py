@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,7 +28,7 @@ def lesson(i: int, text: str = TEXT) -> bytes:
 
 def test_the_agents_view_is_the_union_with_the_strongest_duplicate(tmp_path: Path) -> None:
     store = open_store(tmp_path)
-    config = dataclasses.replace(Config(), domain_origins=ORIGINS[1])
+    config = Config()._replace(domain_origins=ORIGINS[1])
     receive(store, [lesson(0), lesson(1, "tsc reports a stale schema after a rebase")], source="t",
             own_origin="f" * 16, config=config, now=NOW)
     layers = dict(store.db.execute("SELECT text, layer FROM lessons"))
@@ -54,10 +53,10 @@ def test_the_peers_policy_counts_only_known_origins(tmp_path: Path) -> None:
     everyone = Config(trust="any")  # the contrast: under "any" the three confirmations make it common
     receive(store, records, source="t", own_origin=own, config=everyone, now=NOW)
     assert verdict(store.db, HASH, now=NOW, config=everyone, own_origin=own).state == "common"
-    peers = dataclasses.replace(everyone, trust="peers")
+    peers = everyone._replace(trust="peers")
     with store.write() as db:
         db.execute("INSERT INTO peers (origin, source) VALUES (?, 'manual')", (ORIGINS[1],))
     v = verdict(store.db, HASH, now=NOW, config=peers, own_origin=own)
     assert (v.state, v.support) == ("candidate", 1)
-    allow = dataclasses.replace(peers, trust_allow=f"{ORIGINS[2]},{ORIGINS[3]}")
+    allow = peers._replace(trust_allow=f"{ORIGINS[2]},{ORIGINS[3]}")
     assert verdict(store.db, HASH, now=NOW, config=allow, own_origin=own).state == "common"

@@ -170,7 +170,7 @@ class Settings:
 
     budget_bytes: int = MAX_BUDGET_BYTES  # records per delta, as record_cost counts them
     skew_s: int = peer_auth.DEFAULT_SKEW_S
-    future_tolerance_s: float = Config.future_tolerance_s  # the receive function's own bound
+    future_tolerance_s: float = Config._field_defaults["future_tolerance_s"]  # the receive function's own bound
     inline_digest_origins: int = INLINE_DIGEST_ORIGINS
     # Revision 2 (reconcile.py): False makes the initiator a revision-1 peer (whole digests),
     # the baseline the benchmarks and simulations compare against.
