@@ -26,6 +26,7 @@ daemon's fault.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 from pathlib import Path
@@ -44,7 +45,6 @@ from neverest.services.gossip import GossipService
 from neverest.services.nightly import night
 from neverest.services.state import DaemonState
 from neverest.services.status import daemon_status
-from neverest.transports import commons_client
 from neverest.transports.adapters import CommonsTransport, FolderTransport
 
 log = logging.getLogger("neverestd.control")
@@ -188,6 +188,11 @@ class ControlOps:
         action = request.get("action")
         if action not in ("push", "pull"):
             raise BadRequest('"action" must be "push" or "pull"')
+        # The commons' client and httpx under it (0.2 s) load in a worker thread the first time, off the
+        # event loop; an idle daemon does without them.
+        await trio.to_thread.run_sync(importlib.import_module, "neverest.transports.commons_client")
+        from neverest.transports import commons_client
+
         try:
             token = commons_client.read_token(_str(request, "token_file"))
         except commons_client.CommonsError as exc:
