@@ -34,7 +34,6 @@ from typing import Any, Final
 
 import trio
 
-from neverest import relay
 from neverest.clock import parse_time
 from neverest.control import BadRequest
 from neverest.control import serve as serve_socket
@@ -160,6 +159,8 @@ class ControlOps:
         except ValueError:
             raise BadRequest('"before" must be an ISO 8601 time') from None
         episode, session, project = chosen.get("episode"), chosen.get("session"), chosen.get("relay")
+        from neverest import relay  # the project logs' module: not held by a daemon that is not asked to forget
+
         try:
             result = await self.state.worker.write(
                 lambda memory: memory.forget(episode=episode, session=session, before=before, relay_project=project))
