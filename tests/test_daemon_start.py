@@ -132,7 +132,7 @@ def test_an_idle_daemon_does_not_load_numpy(tmp_path: Path) -> None:
 
 
 def test_the_daemon_and_its_services_load_no_http_client_until_an_exchange() -> None:
-    """httpx (about 7 MB resident with httpcore, click and pygments) is loaded by the first exchange the
+    """httpx (about 6 MB resident with httpcore, click and pygments) is loaded by the first exchange the
     daemon starts (gossip/service.py ``Gossip.http``), the directory's first fetch or a commons op: an idle
     daemon alone does without it.  The project logs' module is loaded by a forget that names one."""
     code = ("import importlib, sys; import neverest.daemon as d; [importlib.import_module(n) for n in "

@@ -133,7 +133,7 @@ class Gossip:
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """The HTTP client exchanges are posted with, made at its first use: httpx (about 7 MB resident)
+        """The HTTP client exchanges are posted with, made at its first use: httpx (about 6 MB resident)
         is not held by a memory that answers peers but has called none yet (an idle daemon alone)."""
         if self._http is None:
             self._http = http.client(transport=self.transport)
