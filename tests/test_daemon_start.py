@@ -1,6 +1,6 @@
 """neverestd's start and stop, on real processes on loopback (issue 26): /healthz is answered before
 zeroconf has finished probing, a SIGTERM during that probe ends the process promptly and cleanly, and an
-idle daemon does not hold numpy."""
+idle daemon does not hold numpy, nor an HTTP client before it calls a peer."""
 
 from __future__ import annotations
 
@@ -129,3 +129,15 @@ def test_an_idle_daemon_does_not_load_numpy(tmp_path: Path) -> None:
     finally:
         daemon.proc.terminate()
         daemon.close()
+
+
+def test_the_daemon_and_its_services_load_no_http_client_until_an_exchange() -> None:
+    """httpx (about 6 MB resident with httpcore, click and pygments) is loaded by the first exchange the
+    daemon starts (gossip/service.py ``Gossip.http``), the directory's first fetch or a commons op: an idle
+    daemon alone does without it.  The project logs' module is loaded by a forget that names one."""
+    code = ("import importlib, sys; import neverest.daemon as d; [importlib.import_module(n) for n in "
+            "(*d.LATER_SERVICES, 'neverest.peers.directory', 'neverest.transports.adapters')]; "
+            "print(sorted(m for m in ('httpx', 'httpcore', 'neverest.httpclient', 'neverest.relay', "
+            "'neverest.transports.commons_client', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

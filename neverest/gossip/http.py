@@ -26,7 +26,9 @@ Bounds, so that a hostile peer costs little (every remote byte is hostile):
 
 The client is ``neverest.httpclient``'s: a total deadline, the answer streamed and cut at
 ``max_response_bytes``, and errors that say whether the network failed
-(``TransportFailure``) or the peer refused (``PeerRefused``).
+(``TransportFailure``) or the peer refused (``PeerRefused``).  It (and httpx under it) is
+imported by the first client made, not with this module: a daemon that serves but has not
+yet called a peer does without it (``load_client`` loads it ahead, in a worker thread).
 """
 
 from __future__ import annotations
@@ -34,12 +36,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 import trio
 
-from neverest import httpclient
 from neverest.serving import BodyRefused, ClientGone, handled_by_server, read_body, serve_asgi
 
 EXCHANGE_PATH: Final = "/gossip/v1/exchange"
@@ -50,6 +50,9 @@ METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT_S: Final = 30.0
 DEFAULT_TARPIT_S: Final = 1.0
+
+if TYPE_CHECKING:  # the client side (httpx, about 6 MB resident) is loaded by the first client made
+    import httpx
 
 log = logging.getLogger("neverestd.http")
 
@@ -157,9 +160,16 @@ async def _answer(send: Send, status: int, body: bytes, content_type: str,
     await send({"type": "http.response.body", "body": body})
 
 
+def load_client() -> None:
+    """Import the client side (httpx: about 0.2 s and 6 MB): for a worker thread, before the first ``client``."""
+    import neverest.httpclient  # noqa: F401
+
+
 def client(*, transport: httpx.AsyncBaseTransport | None = None, connect_timeout_s: float = 5.0,
            read_timeout_s: float = 30.0) -> httpx.AsyncClient:
     """The client an initiator posts exchanges with (``post``); reuse it for many exchanges."""
+    from neverest import httpclient
+
     return httpclient.async_client(transport=transport, connect_timeout_s=connect_timeout_s,
                                    read_timeout_s=read_timeout_s, headers={"content-type": CONTENT_TYPE})
 
@@ -171,6 +181,8 @@ async def post(http: httpx.AsyncClient, base_url: str, body: bytes, *, max_respo
     Raises ``httpclient.TransportFailure`` (the network failed) or ``httpclient.PeerRefused``
     (the peer answered with another status than 200, or more than ``max_response_bytes``).
     """
+    from neverest import httpclient
+
     answer = await httpclient.post_bounded(http, base_url + EXCHANGE_PATH, body, max_bytes=max_response_bytes,
                                            total_timeout_s=total_timeout_s)
     return answer.body

@@ -30,13 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit
 
-import httpx
 import trio
 
-from neverest import httpclient
 from neverest.clock import Clock, iso
 from neverest.config import Config, GossipSection
 from neverest.gossip import guard, http
@@ -48,6 +46,9 @@ from neverest.memory import holdings
 from neverest.memory.receive import POLICY_REFUSALS, ReceiveResult
 from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
+
+if TYPE_CHECKING:  # the HTTP client side is loaded by the first exchange this memory starts (``http``)
+    import httpx
 
 log = logging.getLogger("neverestd.gossip")
 MAX_CONTINUATIONS: Final = 16  # exchanges in a row with one peer while it says there is more
@@ -113,7 +114,7 @@ class Gossip:
         self._clean: dict[str, str] = {}
         self._learned: dict[str, tuple[str, ...]] = {}
         self._successes: dict[str, tuple[str, datetime]] = {}  # url -> (origin, when): not yet written
-        self.http = http.client(transport=self.transport)
+        self._http: httpx.AsyncClient | None = None
         self.last_round: dict[str, Any] | None = None
 
     async def aclose(self) -> None:
@@ -125,9 +126,25 @@ class Gossip:
             log.warning("gossip: the last refusals and successes were not written: %s", exc)
         finally:
             try:
-                await self.http.aclose()
+                if self._http is not None:
+                    await self._http.aclose()
             finally:
                 self._store.close()
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The HTTP client exchanges are posted with, made at its first use: httpx (about 6 MB resident)
+        is not held by a memory that answers peers but has called none yet (an idle daemon alone)."""
+        if self._http is None:
+            self._http = http.client(transport=self.transport)
+        return self._http
+
+    async def _client(self) -> httpx.AsyncClient:
+        """``http``, with httpx imported in a worker thread the first time: not on the event loop
+        (0.2 s), which answers peers meanwhile.  An injected transport has loaded httpx already."""
+        if self._http is None and self.transport is None:
+            await trio.to_thread.run_sync(http.load_client)
+        return self.http
 
     def close(self) -> None:
         """Close the store only, for a caller outside the event loop; prefer ``aclose``."""
@@ -409,9 +426,14 @@ class Gossip:
         initiator, request = await self._with_store_or_inline(lambda: self._cached(now_s), start)
         if applying.records:  # the previous answer's records, while this request is out
             await nursery.start(self._apply, applying, done, failure)
+        if request is None:
+            return initiator
+        client = await self._client()
+        from neverest import httpclient  # loaded with the client
+
         while request is not None:
             try:
-                reply = await http.post(self.http, url, request, max_response_bytes=MAX_MESSAGE_BYTES,
+                reply = await http.post(client, url, request, max_response_bytes=MAX_MESSAGE_BYTES,
                                         total_timeout_s=self._gossip.exchange_timeout_s)
             except httpclient.TransportFailure as exc:
                 initiator.fail(ProtocolError("network", exc.kind, exc.detail))

@@ -21,12 +21,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
-
-from neverest import httpclient
 from neverest.peers.table import PeerError, normalise_url
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_BYTES: Final = 1024 * 1024
 MAX_PEERS: Final = 1000
@@ -84,6 +84,8 @@ def parse(body: bytes) -> Listing:
 
 def fetch(where: str, *, transport: httpx.BaseTransport | None = None) -> Listing:
     """Read the directory at ``where``: an http(s) URL, or a file path."""
+    from neverest import httpclient  # httpx: loaded by the first fetch, not by a daemon without a directory
+
     if not where.startswith(("http://", "https://")):
         try:
             with open(Path(where).expanduser(), "rb") as f:

@@ -26,6 +26,7 @@ daemon's fault.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 from pathlib import Path
@@ -33,7 +34,6 @@ from typing import Any, Final
 
 import trio
 
-from neverest import relay
 from neverest.clock import parse_time
 from neverest.control import BadRequest
 from neverest.control import serve as serve_socket
@@ -44,7 +44,6 @@ from neverest.services.gossip import GossipService
 from neverest.services.nightly import night
 from neverest.services.state import DaemonState
 from neverest.services.status import daemon_status
-from neverest.transports import commons_client
 from neverest.transports.adapters import CommonsTransport, FolderTransport
 
 log = logging.getLogger("neverestd.control")
@@ -160,6 +159,8 @@ class ControlOps:
         except ValueError:
             raise BadRequest('"before" must be an ISO 8601 time') from None
         episode, session, project = chosen.get("episode"), chosen.get("session"), chosen.get("relay")
+        from neverest import relay  # the project logs' module: not held by a daemon that is not asked to forget
+
         try:
             result = await self.state.worker.write(
                 lambda memory: memory.forget(episode=episode, session=session, before=before, relay_project=project))
@@ -188,6 +189,11 @@ class ControlOps:
         action = request.get("action")
         if action not in ("push", "pull"):
             raise BadRequest('"action" must be "push" or "pull"')
+        # The commons' client and httpx under it (0.2 s) load in a worker thread the first time, off the
+        # event loop; an idle daemon does without them.
+        await trio.to_thread.run_sync(importlib.import_module, "neverest.transports.commons_client")
+        from neverest.transports import commons_client
+
         try:
             token = commons_client.read_token(_str(request, "token_file"))
         except commons_client.CommonsError as exc:

@@ -17,9 +17,8 @@ import errno
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 import trio
 
 from neverest.gossip import http as gossip_http
@@ -29,6 +28,9 @@ from neverest.gossip.service import Gossip
 from neverest.memory.store import StoreError
 from neverest.services.listen import ListenError, first_of, parse_listen
 from neverest.services.state import DaemonState
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("neverestd.gossip")
 FLUSH_EVERY_S: Final = 30.0  # at most one write per this long for what a flood (or idle gossip) counts

@@ -15,7 +15,7 @@ from typing import Any
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory.store import Store
-from neverest.transports import commons_client, folder
+from neverest.transports import folder
 
 log = logging.getLogger("neverest.transports")
 
@@ -47,6 +47,8 @@ class CommonsTransport:
     name: str = "commons"
 
     def exchange(self, store: Store, identity: Identity, config: Config, now: datetime) -> dict[str, Any]:
+        from neverest.transports import commons_client  # httpx: loaded only where a commons is configured
+
         out: dict[str, Any] = {}
         try:
             if self.push:
@@ -67,6 +69,8 @@ def configured(config: Config) -> list[FolderTransport | CommonsTransport]:
     if config.folder:
         out.append(FolderTransport(Path(config.folder)))
     if config.commons_url:
+        from neverest.transports import commons_client
+
         try:
             token = commons_client.read_token(config.commons_token_file)
         except commons_client.CommonsError as exc:
