@@ -40,6 +40,7 @@ from neverest.gossip.service import Gossip
 from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.store import open_store
+from neverest.peers import table
 from neverest.records import Record, sign_lesson
 
 NOW = datetime(2026, 4, 2, tzinfo=UTC)
@@ -125,6 +126,10 @@ def pull_rate(tmp: Path, n: int) -> dict[str, Any]:
         pids = pool.pids() if pool is not None else []
 
         async def work(url: str, clock: FixedClock) -> dict[str, float]:
+            # A peer added by hand (`neverestctl peers add`), as one pulls a whole memory from: a stranger's
+            # records would stop at the storage budget's 2 MB bound (admission.py).
+            with open_store(home) as store, store.write() as db:
+                table.add(db, url, source="manual", now=NOW)
             me = Gossip(home, Config(verify_processes=processes), clock, Identity.from_seed(b"\x23" * 32),
                         random.Random(3))
             try:
