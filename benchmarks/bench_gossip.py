@@ -10,7 +10,7 @@
    process and its verifying processes over the wall time), and records per CPU second.
    Targets: ≥ 0.7 × raw verify per core, and ≥ 5 000 records/s.
 
-``--before DIR`` runs the pull (with the verifying processes) ``--rounds`` times in fresh processes,
+``--before DIR`` runs the pull (section 2, as without it) ``--rounds`` times in fresh processes,
 alternating this tree's ``neverest`` with the one in ``DIR`` (a folder holding another tree's
 ``neverest``, e.g. ``git archive main neverest | tar -x -C DIR``), each against its own raw verify
 measured in the same process: before and after on the same busy machine, minutes apart at most.
@@ -181,7 +181,7 @@ def interleaved(before: Path, rounds: int, n: int) -> dict[str, list[dict[str, A
     for k in range(rounds):
         for name in (("before", "after") if k % 2 else ("after", "before")):
             env = dict(os.environ, PYTHONPATH=str(trees[name]))
-            done = subprocess.run([sys.executable, __file__, "--pull-only", "--pooled-only", "--json",
+            done = subprocess.run([sys.executable, __file__, "--pull-only", "--json",
                                    "--records", str(n)], env=env, capture_output=True, text=True, check=False)
             if not done.stdout.strip():
                 raise SystemExit(f"the {name} tree's pull failed:\n{done.stderr}")

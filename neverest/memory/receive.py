@@ -396,7 +396,8 @@ class Receiver:
         unembedded = [p.item for p in self._pending
                       if p.vector is None and isinstance(p.item, Record) and p.item.type == "lesson"]
         vectors = dict(zip((id(r) for r in unembedded),
-                           HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True))
+                           HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True)
+                       ) if unembedded else {}
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
             self._refutes = {}
