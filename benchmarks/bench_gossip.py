@@ -10,7 +10,12 @@
    process and its verifying processes over the wall time), and records per CPU second.
    Targets: ≥ 0.7 × raw verify per core, and ≥ 5 000 records/s.
 
-    python benchmarks/bench_gossip.py [--records 20000] [--json]
+``--before DIR`` runs the pull (section 2, as without it) ``--rounds`` times in fresh processes,
+alternating this tree's ``neverest`` with the one in ``DIR`` (a folder holding another tree's
+``neverest``, e.g. ``git archive main neverest | tar -x -C DIR``), each against its own raw verify
+measured in the same process: before and after on the same busy machine, minutes apart at most.
+
+    python benchmarks/bench_gossip.py [--records 20000] [--pull-only] [--before DIR [--rounds 3]] [--json]
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import argparse
 import json
 import os
 import random
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +46,9 @@ from neverest.gossip.codec import MAX_MESSAGE_BYTES
 from neverest.gossip.service import Gossip
 from neverest.identity import Identity
 from neverest.memory import holdings
+from neverest.memory.embed import HashedEmbedder
 from neverest.memory.store import open_store
+from neverest.peers import table
 from neverest.records import Record, sign_lesson
 
 NOW = datetime(2026, 4, 2, tzinfo=UTC)
@@ -105,7 +114,7 @@ def in_sync_bytes(tmp: Path, origins: int) -> dict[str, int]:
     return trio.run(serve_and, tmp / f"b{origins}", b"\x22" * 32, work)
 
 
-def pull_rate(tmp: Path, n: int) -> dict[str, Any]:
+def pull_rate(tmp: Path, n: int, *, alone: bool = True) -> dict[str, Any]:
     recs = records(500, max(1, n // 500))
     fill(tmp / "source", recs)
     pre = [(bytes.fromhex(r.fields["sig"]) + r.raw.replace(b',"sig":"' + r.fields["sig"].encode() + b'"', b""),
@@ -123,8 +132,13 @@ def pull_rate(tmp: Path, n: int) -> dict[str, Any]:
             for job in [pool.submit("receive-batch", []) for _ in range(pool.processes)]:
                 job.result()
         pids = pool.pids() if pool is not None else []
+        HashedEmbedder().embed(["numpy imported before timing, as a daemon's first receive did long ago"])
 
         async def work(url: str, clock: FixedClock) -> dict[str, float]:
+            # A peer added by hand (`neverestctl peers add`), as one pulls a whole memory from: a stranger's
+            # records would stop at the storage budget's 2 MB bound (admission.py).
+            with open_store(home) as store, store.write() as db:
+                table.add(db, url, source="manual", now=NOW)
             me = Gossip(home, Config(verify_processes=processes), clock, Identity.from_seed(b"\x23" * 32),
                         random.Random(3))
             try:
@@ -144,18 +158,39 @@ def pull_rate(tmp: Path, n: int) -> dict[str, Any]:
         return trio.run(serve_and, tmp / "source", b"\x24" * 32, work)  # type: ignore[no-any-return]
 
     base_wall, base_cpu = baseline()
-    alone = pull(tmp / "empty1", 0)
+    here = pull(tmp / "empty1", 0) if alone else None
     pooled = pull(tmp / "empty2", -1)
     after_wall, after_cpu = baseline()  # again after: the VM's speed drifts
     base_wall, base_cpu = (base_wall + after_wall) / 2, (base_cpu + after_cpu) / 2
-    return {"records": len(recs), "baseline_crypto_sign_open_per_s": round(base_wall),
-            "baseline_per_cpu_s": round(base_cpu),
-            "alone_per_s": round(alone["per_s"]), "alone_ratio": round(alone["per_s"] / base_wall, 3),
-            "alone_cpu_ratio": round(alone["per_cpu_s"] / base_cpu, 3),
+    out: dict[str, Any] = {"records": len(recs), "baseline_crypto_sign_open_per_s": round(base_wall),
+                           "baseline_per_cpu_s": round(base_cpu)}
+    if here is not None:
+        out.update(alone_per_s=round(here["per_s"]), alone_ratio=round(here["per_s"] / base_wall, 3),
+                   alone_cpu_ratio=round(here["per_cpu_s"] / base_cpu, 3))
+    return out | {
             "pull_per_s": round(pooled["per_s"]), "ratio": round(pooled["per_s"] / base_wall, 3),
             "per_core_ratio": round(pooled["per_s"] / base_wall / pooled["cores"], 3),
             "cpu_ratio": round(pooled["per_cpu_s"] / base_cpu, 3), "cores_used": round(pooled["cores"], 2),
             "target_ratio": 0.7, "target_per_s": 5000, "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())}
+
+
+def interleaved(before: Path, rounds: int, n: int) -> dict[str, list[dict[str, Any]]]:
+    """The pooled pull of this tree and of ``before``, alternated, each in a process of its own."""
+    trees = {"after": Path(__file__).resolve().parents[1], "before": before.resolve()}
+    out: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
+    for k in range(rounds):
+        for name in (("before", "after") if k % 2 else ("after", "before")):
+            env = dict(os.environ, PYTHONPATH=str(trees[name]))
+            done = subprocess.run([sys.executable, __file__, "--pull-only", "--json",
+                                   "--records", str(n)], env=env, capture_output=True, text=True, check=False)
+            if not done.stdout.strip():
+                raise SystemExit(f"the {name} tree's pull failed:\n{done.stderr}")
+            pull = json.loads(done.stdout)["pull"]
+            out[name].append(pull)
+            print(f"  round {k + 1} {name:>6}: {pull['pull_per_s']} records/s = {pull['ratio']:.3f} x raw "
+                  f"({pull['baseline_crypto_sign_open_per_s']}/s), {pull['cores_used']} cores, per CPU second "
+                  f"{pull['cpu_ratio']:.3f} x; load {pull['load']}", file=sys.stderr, flush=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,10 +198,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pull-only", action="store_true", help="skip section 1")
+    parser.add_argument("--pooled-only", action="store_true", help="skip the pull verified in this process only")
+    parser.add_argument("--before", metavar="DIR", type=Path, help="also pull with the neverest in DIR, alternated")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each tree with --before")
     args = parser.parse_args(argv)
+    if args.before is not None:
+        runs = interleaved(args.before, args.rounds, args.records)
+        summary = {name: {key: statistics.median(r[key] for r in pulls)
+                          for key in ("pull_per_s", "ratio", "cpu_ratio", "cores_used",
+                                      "baseline_crypto_sign_open_per_s")}
+                   for name, pulls in runs.items()}
+        if args.json:
+            print(json.dumps({"rounds": runs, "median": summary}))
+        else:
+            for name, m in summary.items():
+                print(f"{name:>6} ({len(runs[name])} rounds, medians): {m['pull_per_s']:.0f} records/s = "
+                      f"{m['ratio']:.3f} x one core's raw verify ({m['baseline_crypto_sign_open_per_s']:.0f}/s), "
+                      f"{m['cores_used']:.2f} cores, per CPU second {m['cpu_ratio']:.3f} x")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         sync = [] if args.pull_only else [in_sync_bytes(Path(tmp), n) for n in (1_000, 10_000)]
-        pull = pull_rate(Path(tmp), args.records)
+        pull = pull_rate(Path(tmp), args.records, alone=not args.pooled_only)
     result = {"in_sync": sync, "pull": pull}
     if args.json:
         print(json.dumps(result))
@@ -177,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pull of {pull['records']} records over HTTP into an empty store (load average {pull['load']}),"
               f" raw crypto_sign_open {pull['baseline_crypto_sign_open_per_s']}/s on one core"
               f" ({pull['baseline_per_cpu_s']} per CPU second):")
-        print(f"  verified in this process only: {pull['alone_per_s']} records/s = {pull['alone_ratio']:.3f} x;"
-              f" per CPU second {pull['alone_cpu_ratio']:.3f} x")
+        if "alone_per_s" in pull:
+            print(f"  verified in this process only: {pull['alone_per_s']} records/s = {pull['alone_ratio']:.3f} x;"
+                  f" per CPU second {pull['alone_cpu_ratio']:.3f} x")
         print(f"  with one verifying process per CPU: {pull['pull_per_s']} records/s (target >= 5000)"
               f" = {pull['ratio']:.3f} x one core's raw verify, using {pull['cores_used']} cores:"
               f" {pull['per_core_ratio']:.3f} x per core used (target >= 0.7);"

@@ -20,7 +20,11 @@ the same batch sent to a verifying process and back: where the trip starts to pa
 
 Target (docs/figures.md): >= 0.7 x the raw verify rate per core.
 
-    python benchmarks/bench_receive.py [--records 100000] [--threshold] [--json]
+``--before DIR`` runs the whole benchmark ``--rounds`` times in fresh processes, alternating this
+tree's ``neverest`` with the one in ``DIR`` (a folder holding another tree's ``neverest``), and prints
+each run's figures side by side: before and after on the same busy machine.
+
+    python benchmarks/bench_receive.py [--records 100000] [--threshold] [--before DIR [--rounds 3]] [--json]
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import argparse
 import json
 import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -138,6 +144,28 @@ def threshold(lines: list[bytes], pool: verify_pool.VerifyPool, repeat: int = 20
     return out
 
 
+def interleaved(before: Path, rounds: int, records: int, processes: int) -> dict[str, list[dict[str, Any]]]:
+    """This benchmark with this tree's neverest and with the one in ``before``, alternated, each in a
+    process of its own."""
+    trees = {"after": Path(__file__).resolve().parents[1], "before": before.resolve()}
+    out: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
+    for k in range(rounds):
+        for name in (("before", "after") if k % 2 else ("after", "before")):
+            done = subprocess.run([sys.executable, __file__, "--json", "--records", str(records), "--processes",
+                                   str(processes)], env=dict(os.environ, PYTHONPATH=str(trees[name])),
+                                  capture_output=True, text=True, check=False)
+            if not done.stdout.strip():
+                raise SystemExit(f"the {name} tree's run failed:\n{done.stderr}")
+            r = json.loads(done.stdout)
+            out[name].append(r)
+            print(f"  round {k + 1} {name:>6}: here {r['alone_per_s']} records/s = {r['alone_ratio']:.3f} x,"
+                  f" per CPU second {r['alone_cpu_ratio']:.3f} x; {processes} processes {r['pool_per_s']} records/s"
+                  f" = {r['pool_ratio']:.3f} x ({r['pool_cores_used']} cores, per CPU second"
+                  f" {r['pool_cpu_ratio']:.3f} x); raw {r['baseline_crypto_sign_open_per_s']}/s; {r['load']}",
+                  file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=100_000)
@@ -145,7 +173,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="verifying processes for the second run (default: one per CPU)")
     parser.add_argument("--threshold", action="store_true", help="also measure where the pool starts to pay")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--before", metavar="DIR", type=Path, help="also run with the neverest in DIR, alternated")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each tree with --before")
     args = parser.parse_args(argv)
+    if args.before is not None:
+        runs = interleaved(args.before, args.rounds, args.records, args.processes)
+        keys = ("alone_per_s", "alone_ratio", "alone_cpu_ratio", "pool_per_s", "pool_ratio", "pool_cpu_ratio",
+                "pool_cores_used", "baseline_crypto_sign_open_per_s")
+        summary = {name: {key: statistics.median(r[key] for r in rs) for key in keys} for name, rs in runs.items()}
+        if args.json:
+            print(json.dumps({"rounds": runs, "median": summary}))
+        else:
+            for name, m in summary.items():
+                print(f"{name:>6} ({len(runs[name])} rounds, medians): here {m['alone_per_s']:.0f} records/s ="
+                      f" {m['alone_ratio']:.3f} x (per CPU second {m['alone_cpu_ratio']:.3f} x);"
+                      f" {args.processes} processes {m['pool_per_s']:.0f} records/s = {m['pool_ratio']:.3f} x,"
+                      f" {m['pool_cores_used']:.2f} cores, per CPU second {m['pool_cpu_ratio']:.3f} x;"
+                      f" raw {m['baseline_crypto_sign_open_per_s']:.0f}/s")
+        return 0
     load_before = cputime.load()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "shared"

@@ -473,16 +473,27 @@ def verdicts(lines: list[bytes | None]) -> list[list[str] | None]:
             for _, item in parse_many((None, line) for line in lines)]
 
 
-def verified(raw: bytes) -> Record:
+def verified(raw: bytes, obj: dict[str, Any] | None = None) -> Record:
     """The Record of bytes that ``parse`` accepted elsewhere (a verifying process,
-    ``verify_pool``): the fields read again without the checks.  Never call it on bytes
-    that were not verified: it trusts them.  (Python's plain JSON decoder reads a verified
-    line exactly as the checking one did: that one refused duplicate keys and constants.)"""
-    obj = _plain_decoder.decode(raw.decode("utf-8"))
-    rtype = _record_type(obj)
+    ``verify_pool``): the fields read again without the checks, or ``obj`` when the caller
+    already read them (``json.loads(raw)``: gossip's screen reads every record of an answer for
+    its origin and seq).  Never call it on bytes that were not verified: it trusts them.
+    (Python's plain JSON decoder reads a verified line exactly as the checking one did: that one
+    refused duplicate keys and constants.)"""
+    if obj is None:
+        obj = _plain_decoder.decode(raw.decode("utf-8"))
+    rtype = _type_of_verified(obj)
     field = "hash" if rtype == "lesson" else rtype
     return Record(type=rtype, raw=raw, fields=obj, origin=obj["origin"], key=obj["key"], target=obj[field],
                   seq=obj.get("seq"))
+
+
+def _type_of_verified(obj: Mapping[str, Any]) -> RecordType:
+    # A verified record has exactly one of the type fields (``_record_type`` checked it): the first found is it.
+    for name, rtype in _TYPE_FIELDS.items():
+        if name in obj:
+            return rtype
+    raise RecordError("bad-type", "a record must be exactly one of lesson (hash), confirm, revoke or refute")
 
 
 def claimed(line: bytes | str) -> tuple[RecordType | None, str | None, str | None]:

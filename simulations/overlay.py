@@ -33,7 +33,7 @@ import bisect
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from neverest.gossip.codec import Digest, Entry
 from neverest.gossip.core import Run, record_cost, record_digest, seq_hash
@@ -351,7 +351,8 @@ class OverlayView:
             out.append(raw)
         return Run(out, False)
 
-    def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
+    def apply(self, records: Sequence[bytes], *, source: str, now: datetime,
+              decoded: Sequence[Any] | None = None) -> ReceiveResult:
         result = ReceiveResult()
         for raw in records:
             if raw not in self._lib.known:

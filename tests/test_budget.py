@@ -260,3 +260,58 @@ def test_a_stranger_peer_gets_its_own_bound() -> None:
     assert decide(limits, [], offers).refused == {2: "peer", 3: "peer"}
     trusted_peer = [o._replace(stranger=False) for o in offers]
     assert decide(limits, [], trusted_peer).refused == {}
+
+
+def _one_by_one(limits: Limits, held: list[Holding], offers: list[Offer]) -> Decision:
+    """``decide`` as it was before runs of alike offers were admitted at once: every offer on its own."""
+    from neverest.memory.budget import _bound, _Usage
+
+    decision = Decision()
+    if limits.off:
+        return decision
+    usage = _Usage(held)
+    queue: list[Holding] | None = None
+    exchange = 0
+    for i, offer in enumerate(offers):
+        if offer.rank is Rank.OWN:
+            continue
+        reason = decision.cut.get(offer.origin) or _bound(limits, usage, offer, exchange)
+        if reason is None:
+            pool = (usage.untrusted + offer.size - limits.untrusted_bytes
+                    if offer.rank >= Rank.KNOWN and limits.untrusted_bytes else 0)
+            whole = usage.total + offer.size - limits.total_bytes if limits.total_bytes else 0
+            need = max(pool, whole)
+            if need > 0:
+                if queue is None:
+                    queue = victims(held, {o.origin for o in offers})
+                lower = [h for h in queue if h.rank > offer.rank]
+                if offer.rank is not Rank.TRUSTED and sum(h.size for h in lower) < need:
+                    reason = "untrusted" if pool >= whole else "total"
+                else:
+                    for h in lower:
+                        if need <= 0:
+                            break
+                        queue.remove(h)
+                        usage.remove(h)
+                        decision.evicted.append(h.origin)
+                        need -= h.size
+        if reason is not None:
+            decision.cut[offer.origin] = reason
+            decision.refused[i] = reason
+            continue
+        usage.add(offer)
+        if offer.rank >= Rank.KNOWN:
+            exchange += offer.size
+    decision.exchange = exchange
+    return decision
+
+
+@settings(max_examples=300, deadline=None)
+@given(worlds(), st.lists(st.integers(1, 6), min_size=30, max_size=30))
+def test_runs_of_one_origin_decide_as_offer_by_offer(world: tuple[Limits, list[Holding], list[Offer]],
+                                                     repeats: list[int]) -> None:
+    """Records come in runs of one origin from one source; ``decide`` admits a run that fits whole at once.
+    It decides exactly what taking its offers one by one decides."""
+    limits, held, offers = world
+    runs = [o._replace(size=max(1, o.size // k)) for o, k in zip(offers, repeats, strict=False) for _ in range(k)]
+    assert decide(limits, held, runs) == _one_by_one(limits, held, runs)

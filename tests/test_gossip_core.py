@@ -7,6 +7,7 @@ are signed with deterministic keys and enter every store through the receive fun
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import tempfile
 from collections.abc import Callable, Iterator
@@ -512,3 +513,24 @@ def test_a_bare_refusal_ends_the_exchange(cluster: Cluster) -> None:
     assert result.error is not None and result.error.code == "refused"
     assert cluster.replies[-1].data is None and cluster.replies[-1].result.error is not None
     assert cluster.replies[-1].result.error.code == "bad-msgpack"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=40),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                 max_leaves=8).map(lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()),
+    st.sampled_from([b' {"a":1}', b'{"a":1} ', b'\xef\xbb\xbf{"a":1}', '{"a":1}'.encode("utf-16"),
+                     b'{"a":"\xed\xa0\x80"}', b'{"a":1}{', b'{"a":NaN}', b'\xff'])))
+def test_a_records_claims_are_read_as_json_loads_reads_them(raw: bytes) -> None:
+    """The screen's quick reading of a record (core._loads) gives what json.loads gives, or fails as it does."""
+    from neverest.gossip.core import _loads
+
+    try:
+        expected = json.dumps(json.loads(raw))
+    except (ValueError, RecursionError):
+        with pytest.raises((ValueError, RecursionError)):
+            _loads(raw)
+        return
+    assert json.dumps(_loads(raw)) == expected

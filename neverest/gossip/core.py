@@ -217,8 +217,11 @@ class StoreView(Protocol):
         """The origin's records with seq after+1, after+2, ... while consecutive and within the budgets."""
         ...
 
-    def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
-        """Verify, store and apply records through the one receive function."""
+    def apply(self, records: Sequence[bytes], *, source: str, now: datetime,
+              decoded: Sequence[Any] | None = None) -> ReceiveResult:
+        """Verify, store and apply records through the one receive function.  ``decoded``: each
+        record's ``json.loads``, as ``screen`` read it (the receive function need not read a
+        record again once a verifying process has checked those bytes)."""
         ...
 
 
@@ -293,17 +296,35 @@ def delta(view: StoreView, mine: Mapping[str, Entry], theirs: Mapping[str, Entry
 # -- receiving ---------------------------------------------------------------------------
 
 
-def _claim(raw: bytes) -> tuple[str, int, datetime]:
-    """A record's origin, seq and signed time as it claims them; the receive function verifies."""
+_DECODER: Final = json.JSONDecoder()
+
+
+def _loads(raw: bytes) -> Any:
+    """``json.loads(raw)``, three times quicker for what gossip carries (UTF-8 JSON with nothing around
+    the value); anything else (whitespace around it, a byte order mark, UTF-16...) takes
+    ``json.loads``'s own path, so the result is the same whatever the bytes."""
     try:
-        obj: Any = json.loads(raw)
+        text = raw.decode("utf-8")
+        obj, end = _DECODER.raw_decode(text)
+        if end == len(text):
+            return obj
+    except ValueError:
+        pass
+    return json.loads(raw)
+
+
+def _claim(raw: bytes) -> tuple[str, int, datetime, Any]:
+    """A record's origin, seq and signed time as it claims them, and its JSON object; the receive
+    function verifies."""
+    try:
+        obj: Any = _loads(raw)
         origin, seq = obj["origin"], obj["seq"]
         signed = parse_time(obj["updated" if "hash" in obj else "at"])
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         raise ProtocolError("remote", "bad-record", "a record's origin, seq or time cannot be read") from None
     if type(origin) is not str or len(origin) != 16 or type(seq) is not int or seq < 1:
         raise ProtocolError("remote", "bad-record", "a record needs an origin and a positive seq to be gossiped")
-    return origin, seq, signed
+    return origin, seq, signed, obj
 
 
 @dataclass
@@ -320,6 +341,7 @@ class Screened:
     keep: list[bytes]
     held_back: int
     heads: dict[str, Entry]
+    decoded: list[Any] = field(default_factory=list)  # json.loads of each record kept, for ``StoreView.apply``
 
 
 def screen(view: StoreView, records: Sequence[bytes], *, now: datetime, future_tolerance_s: float,
@@ -336,10 +358,11 @@ def screen(view: StoreView, records: Sequence[bytes], *, now: datetime, future_t
     top: dict[str, int] = {}
     stopped: set[str] = set()
     keep: list[bytes] = []
+    decoded: list[Any] = []
     last: dict[str, bytes] = {}
     held_back = 0
     for raw in records:
-        origin, seq, signed = _claim(raw)
+        origin, seq, signed, obj = _claim(raw)
         if origin in stopped:
             held_back += 1
             continue
@@ -359,10 +382,11 @@ def screen(view: StoreView, records: Sequence[bytes], *, now: datetime, future_t
             continue
         top[origin] = max(high, seq)
         keep.append(raw)
+        decoded.append(obj)
         if seq == top[origin]:
             last[origin] = raw
     heads = {o: (top[o], record_digest(raw)[:HASH_BYTES]) for o, raw in last.items()}
-    return Screened(keep, held_back, heads)
+    return Screened(keep, held_back, heads, decoded)
 
 
 def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetime,
@@ -374,7 +398,7 @@ def take(view: StoreView, records: Sequence[bytes], *, source: str, now: datetim
     if not records:
         return Taken(ReceiveResult(), 0)
     screened = screen(view, records, now=now, future_tolerance_s=future_tolerance_s, assumed=assumed)
-    return Taken(view.apply(screened.keep, source=source, now=now), screened.held_back)
+    return Taken(view.apply(screened.keep, source=source, now=now, decoded=screened.decoded), screened.held_back)
 
 
 # -- the exchange ------------------------------------------------------------------------
@@ -449,6 +473,7 @@ class Initiator:
         self._view, self._key, self._now, self._rng = view, signing_key, now, rng
         self._defer, self._assumed = defer, assumed
         self.deferred: list[bytes] = []  # screened records left for the caller to apply (defer=True)
+        self.deferred_decoded: list[Any] = []  # their JSON objects as screened (StoreView.apply's ``decoded``)
         self.ahead: dict[str, Entry] = {}  # the entries they will give once applied
         self._settings = settings or Settings()
         self._me = origin_of(bytes(signing_key.verify_key))
@@ -622,7 +647,7 @@ class Initiator:
             if records:
                 screened = screen(self._view, records, now=self._now,
                                   future_tolerance_s=self._settings.future_tolerance_s, assumed=self._assumed)
-                self.deferred, self.ahead = screened.keep, screened.heads
+                self.deferred, self.ahead, self.deferred_decoded = screened.keep, screened.heads, screened.decoded
                 self.result.held_back += screened.held_back
             return
         taken = take(self._view, records, source=_source(self._peer), now=self._now,

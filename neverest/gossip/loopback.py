@@ -185,7 +185,8 @@ class MemoryView:
             out.append(raw)
         return Run(out, False)
 
-    def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
+    def apply(self, records: Sequence[bytes], *, source: str, now: datetime,
+              decoded: Sequence[Any] | None = None) -> ReceiveResult:
         result = ReceiveResult()
         for raw in records:
             outcome = self.put(raw)

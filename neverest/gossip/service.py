@@ -370,8 +370,8 @@ class Gossip:
                 result = initiator.result
                 origin = result.peer or origin
                 total = result if total is None else _merge(total, result)
-                applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer) \
-                    if initiator.deferred else _Applying()
+                applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer,
+                                     initiator.deferred_decoded) if initiator.deferred else _Applying()
                 if failure or result.error is not None or not result.more or result.is_self:
                     break
             if applying.records and not failure:
@@ -410,7 +410,7 @@ class Gossip:
             # first exchange's records would be screened as a stranger's (2 MB) and their origins declined.
             with self._store.write() as db:
                 table.claim_chosen(db, applying.url, applying.peer)
-        return self._view.apply(applying.records, source=applying.source, now=now)
+        return self._view.apply(applying.records, source=applying.source, now=now, decoded=applying.decoded)
 
     async def _exchange_once(self, url: str, origin: str | None, applying: _Applying, nursery: trio.Nursery,
                              done: list[ReceiveResult], failure: list[Exception]) -> Initiator:
@@ -555,6 +555,7 @@ class _Applying:
     source: str = ""
     url: str = ""  # where they came from
     peer: str | None = None  # the origin that answered from there, proven by its signature
+    decoded: list[Any] = field(default_factory=list)  # json.loads of each record, as the screen read it
 
 
 def _remember(memo: dict[str, V], key: str, value: V) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from neverest.config import Config
 from neverest.gossip.codec import HASH_BYTES, Digest, Entry
@@ -148,12 +149,13 @@ class SqliteView:
         finally:
             rows.close()
 
-    def apply(self, records: Sequence[bytes], *, source: str, now: datetime) -> ReceiveResult:
+    def apply(self, records: Sequence[bytes], *, source: str, now: datetime,
+              decoded: Sequence[Any] | None = None) -> ReceiveResult:
         if not records:
             return ReceiveResult()
         before = self.store.data_version()
         with Receiver(self.store, own_origin=self.own_origin, config=self.config, now=now) as receiver:
-            result = receiver.receive(records, source=source)
+            result = receiver.receive(records, source=source, decoded=decoded)
         after = self.store.data_version()
         # PRAGMA data_version (the first half) moves only when another connection commits: if it
         # did not, the only change since the cache was current is the records just applied, and

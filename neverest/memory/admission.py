@@ -162,9 +162,15 @@ class Gate:
         if not self._pruned:
             self._pruned = True
             self.touched.update(q.undecline(db, expired_at=iso(self.now), origins=trusted))
-        offers = [Offer(r.origin, len(r.raw), peer_of(source), self.rank(r.origin), r.origin in declined,
-                        self.stranger(source))
-                  for _, source, r in records]
+        # What an offer says besides its origin and size, by (origin, source): the same for all their records.
+        alike: dict[tuple[str, str], tuple[str, Rank, bool, bool]] = {}
+        offers = []
+        for _, source, r in records:
+            rest = alike.get((r.origin, source))
+            if rest is None:
+                rest = alike[r.origin, source] = (peer_of(source), self.rank(r.origin), r.origin in declined,
+                                                  self.stranger(source))
+            offers.append(Offer(r.origin, len(r.raw), *rest))
         total, untrusted = q.received_split(db, self.own_origin, trusted)
         decision = decide(self.limits, self._holdings(db, offers, total, untrusted), offers, spent=self.spent,
                           cut=self.cut, total=total, untrusted=untrusted)

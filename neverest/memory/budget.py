@@ -50,7 +50,7 @@ room for it, so no holding is lost for an offer that is then refused anyway.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final, Literal, NamedTuple
@@ -229,25 +229,61 @@ def decide(limits: Limits, held: Sequence[Holding], offers: Sequence[Offer], *, 
             need -= h.size
         return True
 
-    for i, offer in enumerate(offers):
+    i, n = 0, len(offers)
+    while i < n:
+        offer = offers[i]
+        # A run of offers alike but for their sizes (one origin's records from one source, as they come):
+        # when the whole run fits under every bound, each of its offers would fit taken one by one, so
+        # it is admitted at once; otherwise its offers are decided one by one, below.
+        end = i + 1
+        while end < n and offers[end][0] == offer[0] and offers[end][2:] == offer[2:]:
+            end += 1
         if offer.rank is Rank.OWN:
+            i = end
             continue
-        reason = cut.get(offer.origin) or _bound(limits, usage, offer, exchange)
-        if reason is None:
-            # What the shared pool and the total lack; the holdings that can be evicted for this offer
-            # (of lower rank: known or unknown) count in both, so freeing the larger need frees both,
-            # and nothing is evicted for an offer then refused.
-            pool = (usage.untrusted + offer.size - limits.untrusted_bytes
-                    if offer.rank >= Rank.KNOWN and limits.untrusted_bytes else 0)
-            whole = usage.total + offer.size - limits.total_bytes if limits.total_bytes else 0
-            if max(pool, whole) > 0 and not make_room(offer, max(pool, whole)):
-                reason = "untrusted" if pool >= whole else "total"
-        if reason is not None:
-            cut[offer.origin] = reason
-            decision.refused[i] = reason
-            continue
-        usage.add(offer)
-        if offer.rank >= Rank.KNOWN:
-            exchange += offer.size
+        if end - i > 1 and offer.origin not in cut:
+            run = offer._replace(size=sum(o.size for o in offers[i:end]))
+            if _fits(limits, usage, run, exchange):
+                usage.add(run)
+                if offer.rank >= Rank.KNOWN:
+                    exchange += run.size
+                i = end
+                continue
+        for k in range(i, end):
+            exchange = _one(limits, usage, offers[k], k, exchange, decision, make_room)
+        i = end
     decision.exchange = exchange
     return decision
+
+
+def _fits(limits: Limits, usage: _Usage, offer: Offer, exchange: int) -> bool:
+    """Whether ``offer`` crosses no bound and needs no room taken (``_one`` would admit it as it is)."""
+    if _bound(limits, usage, offer, exchange) is not None:
+        return False
+    if offer.rank >= Rank.KNOWN and limits.untrusted_bytes and usage.untrusted + offer.size > limits.untrusted_bytes:
+        return False
+    return not (limits.total_bytes and usage.total + offer.size > limits.total_bytes)
+
+
+def _one(limits: Limits, usage: _Usage, offer: Offer, i: int, exchange: int, decision: Decision,
+         make_room: Callable[[Offer, int], bool]) -> int:
+    """Decide offer ``i`` (into ``decision``); the exchange's bytes after it."""
+    cut = decision.cut
+    reason = cut.get(offer.origin) or _bound(limits, usage, offer, exchange)
+    if reason is None:
+        # What the shared pool and the total lack; the holdings that can be evicted for this offer
+        # (of lower rank: known or unknown) count in both, so freeing the larger need frees both,
+        # and nothing is evicted for an offer then refused.
+        pool = (usage.untrusted + offer.size - limits.untrusted_bytes
+                if offer.rank >= Rank.KNOWN and limits.untrusted_bytes else 0)
+        whole = usage.total + offer.size - limits.total_bytes if limits.total_bytes else 0
+        if max(pool, whole) > 0 and not make_room(offer, max(pool, whole)):
+            reason = "untrusted" if pool >= whole else "total"
+    if reason is not None:
+        cut[offer.origin] = reason
+        decision.refused[i] = reason
+        return exchange
+    usage.add(offer)
+    if offer.rank >= Rank.KNOWN:
+        exchange += offer.size
+    return exchange

@@ -119,12 +119,14 @@ def unknown_targets(db: sqlite3.Connection, targets: Collection[str]) -> set[str
 
 
 def put(db: sqlite3.Connection, record: Record, *, source: str, now: datetime, usage: Usage | None = None,
-        unknown: bool = False) -> PutOutcome:
+        unknown: bool = False, digest: str | None = None) -> PutOutcome:
     """Store a verified record (the module docstring's rules).  The bytes it adds to ``received_usage``
     go to ``usage`` when one is given (the caller writes it before committing), else at once.
     ``unknown``: the caller knows that nothing here is about the record's target yet
-    (``unknown_targets``, and nothing with that target stored since), so no held version is looked for."""
-    digest = digest_of(record.raw)
+    (``unknown_targets``, and nothing with that target stored since), so no held version is looked for.
+    ``digest``: ``digest_of(record.raw)``, when the caller has it already."""
+    if digest is None:
+        digest = digest_of(record.raw)
     superseded = 0
     outcome: PutOutcome = "new"
     if record.type == "lesson" and not unknown:

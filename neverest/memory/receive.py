@@ -50,7 +50,7 @@ from __future__ import annotations
 import collections
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
@@ -244,7 +244,19 @@ class _Batch(NamedTuple):
     source: str
     result: ReceiveResult
     lines: list[bytes | None]
+    digests: list[str | None]  # holdings.digest_of of each line, computed once (None for a line too large)
+    decoded: list[Any] | None  # the caller's json.loads of each line (``receive``), or None
     job: Job | None  # verifying in a worker process; None: verified here when taken
+
+
+class _Pending(NamedTuple):
+    """A verified record (or a refusal) waiting for its batch's transaction."""
+
+    source: str
+    item: Record | RecordError
+    result: ReceiveResult
+    vector: npt.NDArray[np.float32] | None  # its sentence in the hashed space, embedded by the worker
+    digest: str | None
 
 
 class Receiver:
@@ -265,7 +277,7 @@ class Receiver:
                  pool: VerifyPool | Literal["shared"] | None = "shared", pool_min_lines: int = POOL_MIN_LINES) -> None:
         self.store, self.own_origin, self.config, self.now = store, own_origin, config, now
         self._index = _MeaningIndex(store.db)
-        self._pending: list[tuple[str, Record | RecordError, ReceiveResult, npt.NDArray[np.float32] | None]] = []
+        self._pending: list[_Pending] = []
         if pool == "shared":
             processes = config.verify_processes if config.verify_processes >= 0 else default_processes()
             pool = verify_pool.shared(processes) if processes else None
@@ -283,44 +295,52 @@ class Receiver:
         self._below: set[str] = set()
         self._early: Counter[str] = Counter()  # those refusals by source, until the next batch is written
 
-    def receive(self, lines: Iterable[bytes | str | None], *, source: str) -> ReceiveResult:
+    def receive(self, lines: Iterable[bytes | str | None], *, source: str,
+                decoded: Sequence[Any] | None = None) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit
-        (all of it once the receiver is closed)."""
+        (all of it once the receiver is closed).  ``decoded``: ``json.loads`` of each line, when
+        the caller read them already (gossip's screen does): a line a worker verified is then
+        not read again here."""
         result = ReceiveResult()
-        for chunk in _chunks(lines, _VERIFY_BATCH):
-            fresh = self._unseen(chunk, result, source)
+        for start, chunk in _chunks(lines, _VERIFY_BATCH):
+            objs = None if decoded is None else list(decoded[start:start + len(chunk)])
+            fresh, digests, objs = self._unseen(chunk, objs, result, source)
             if not fresh:
                 continue
             job = None
             if self._pool is not None and len(fresh) >= self._pool_min_lines:
                 job = self._pool.submit("receive-batch", fresh)
-            self._out.append(_Batch(source, result, fresh, job))
+            self._out.append(_Batch(source, result, fresh, digests, objs, job))
             while len(self._out) > self._most_out:
                 self._take()
         return result
 
-    def _unseen(self, lines: list[bytes | None], result: ReceiveResult, source: str) -> list[bytes | None]:
-        """Lines not held yet.  A line whose exact bytes are held was verified when it was
-        stored: skipping it before verification makes re-reading a folder or a peer's
-        answer cost an index look-up per record instead of a signature check.  A line that
-        claims an origin the storage budget declined is refused unverified: it would be
-        refused valid or not."""
+    def _unseen(self, lines: list[bytes | None], decoded: list[Any] | None, result: ReceiveResult, source: str
+                ) -> tuple[list[bytes | None], list[str | None], list[Any] | None]:
+        """Lines not held yet, with their digests (and what the caller decoded of them).  A line
+        whose exact bytes are held was verified when it was stored: skipping it before
+        verification makes re-reading a folder or a peer's answer cost an index look-up per
+        record instead of a signature check.  A line that claims an origin the storage budget
+        declined is refused unverified: it would be refused valid or not."""
         db = self.store.db
         digests = [None if line is None else holdings.digest_of(line) for line in lines]
         held = holdings.held_among(db, [d for d in digests if d is not None])
-        fresh = [line for line, d in zip(lines, digests, strict=True) if d is None or d not in held] if held else lines
-        result.duplicates += len(lines) - len(fresh)
-        kept = [line for line in fresh if line is None or not self.gate.declines(db, line, source)]
-        result.refused[admission.OVER_BUDGET] += len(fresh) - len(kept)
+        keep = [k for k, d in enumerate(digests) if d is None or d not in held] if held else range(len(lines))
+        result.duplicates += len(lines) - len(keep)
+        kept = [k for k in keep if (line := lines[k]) is None or not self.gate.declines(db, line, source)]
+        result.refused[admission.OVER_BUDGET] += len(keep) - len(kept)
         if not result.refused[admission.OVER_BUDGET]:
             del result.refused[admission.OVER_BUDGET]
         if self.config.refute_origin_max > 0:
             before = len(kept)
-            kept = [line for line in kept if line is None or not self._flooding(db, line)]
+            kept = [k for k in kept if (line := lines[k]) is None or not self._flooding(db, line)]
             if len(kept) < before:
                 result.refused[REFUTE_FLOOD] += before - len(kept)
                 self._early[source] += before - len(kept)
-        return kept
+        if len(kept) == len(lines):
+            return lines, digests, decoded
+        return ([lines[k] for k in kept], [digests[k] for k in kept],
+                None if decoded is None else [decoded[k] for k in kept])
 
     def _flooding(self, db: sqlite3.Connection, line: bytes) -> bool:
         """Whether ``line`` claims to be a refutation by an origin already at the bound here: valid or
@@ -346,14 +366,16 @@ class Receiver:
         """Take back the oldest batch out (verified, and its lessons embedded), queue it to store."""
         batch = self._out.popleft()
         if batch.job is None:
-            for _, item in parse_many((None, line) for line in batch.lines):
-                self._queue(batch, item, None)
+            for k, item in parse_many(enumerate(batch.lines)):
+                self._queue(batch, item, None, batch.digests[k])
             return
-        for item, vector in _verdicts(batch.lines, batch.job.result()):
-            self._queue(batch, item, vector)
+        for (item, vector), digest in zip(_verdicts(batch.lines, batch.job.result(), batch.decoded), batch.digests,
+                                          strict=True):
+            self._queue(batch, item, vector, digest)
 
-    def _queue(self, batch: _Batch, item: Record | RecordError, vector: npt.NDArray[np.float32] | None) -> None:
-        self._pending.append((batch.source, item, batch.result, vector))
+    def _queue(self, batch: _Batch, item: Record | RecordError, vector: npt.NDArray[np.float32] | None,
+               digest: str | None) -> None:
+        self._pending.append(_Pending(batch.source, item, batch.result, vector, digest))
         if len(self._pending) >= _BATCH:
             self._store()
 
@@ -371,24 +393,25 @@ class Receiver:
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
         # The lesson sentences verified here (not in a worker) embedded in one call: much
         # cheaper than one by one.
-        unembedded = [item for _, item, _, vector in self._pending
-                      if vector is None and isinstance(item, Record) and item.type == "lesson"]
+        unembedded = [p.item for p in self._pending
+                      if p.vector is None and isinstance(p.item, Record) and p.item.type == "lesson"]
         vectors = dict(zip((id(r) for r in unembedded),
-                           HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True))
+                           HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True)
+                       ) if unembedded else {}
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
             self._refutes = {}
-            over = self.gate.screen(db, [(source, item) for source, item, _, _ in self._pending])
+            over = self.gate.screen(db, [(p.source, p.item) for p in self._pending])
             usage = holdings.Usage()
             # Targets nothing here is about yet: the first record of each skips the look-ups that
             # would find nothing; once one is stored, the target is known and the next ones look.
-            unknown = holdings.unknown_targets(db, {item.target for _, item, _, _ in self._pending
-                                                    if isinstance(item, Record)})
-            for k, (source, item, result, vector) in enumerate(self._pending):
+            unknown = holdings.unknown_targets(db, {p.item.target for p in self._pending
+                                                    if isinstance(p.item, Record)})
+            for k, (source, item, result, vector, digest) in enumerate(self._pending):
                 if vector is None and isinstance(item, Record):
                     vector = vectors.get(id(item))
                 reason = (over[k] if k in over
-                          else self._store_one(db, source, item, result, horizon, vector, usage, unknown))
+                          else self._store_one(db, source, item, result, horizon, vector, usage, unknown, digest))
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
@@ -402,7 +425,7 @@ class Receiver:
 
     def _store_one(self, db: sqlite3.Connection, source: str, item: Record | RecordError, result: ReceiveResult,
                    horizon: datetime, vector: npt.NDArray[np.float32] | None, usage: holdings.Usage,
-                   unknown: set[str]) -> str | None:
+                   unknown: set[str], digest: str | None) -> str | None:
         """Store and apply one record; the refusal reason, if it is refused."""
         if isinstance(item, RecordError):
             return item.code
@@ -419,7 +442,7 @@ class Receiver:
                 return reason
         self.origins.add(item.origin)
         unknown.discard(item.target)
-        outcome = holdings.put(db, item, source=source, now=self.now, usage=usage, unknown=first)
+        outcome = holdings.put(db, item, source=source, now=self.now, usage=usage, unknown=first, digest=digest)
         if outcome == "new" and item.type == "refute" and item.origin in self._refutes:
             self._refutes[item.origin] += 1
         if outcome == "duplicate":
@@ -470,21 +493,25 @@ class Receiver:
         self.close()
 
 
-def _chunks(lines: Iterable[bytes | str | None], size: int) -> Iterator[list[bytes | None]]:
+def _chunks(lines: Iterable[bytes | str | None], size: int) -> Iterator[tuple[int, list[bytes | None]]]:
+    """(index of its first line, lines) of ``size`` lines at a time."""
     chunk: list[bytes | None] = []
+    start = 0
     for line in lines:
         chunk.append(line.encode("utf-8") if isinstance(line, str) else line)
         if len(chunk) == size:
-            yield chunk
+            yield start, chunk
+            start += size
             chunk = []
     if chunk:
-        yield chunk
+        yield start, chunk
 
 
-def _verdicts(lines: list[bytes | None], reply: Any
+def _verdicts(lines: list[bytes | None], reply: Any, decoded: Sequence[Any] | None = None
               ) -> Iterator[tuple[Record | RecordError, npt.NDArray[np.float32] | None]]:
     """The records (or refusals) of a worker's answer to ``verify_job.verify_batch``, its shape
-    checked: the worker read hostile bytes, so what it says is data to check, not to trust."""
+    checked: the worker read hostile bytes, so what it says is data to check, not to trust.
+    ``decoded``: ``json.loads`` of each line, read by the caller (``Receiver.receive``)."""
     try:
         verdicts, blob = reply
         ok = (isinstance(verdicts, list) and len(verdicts) == len(lines) and isinstance(blob, bytes)
@@ -496,9 +523,9 @@ def _verdicts(lines: list[bytes | None], reply: Any
     vectors = np.frombuffer(blob, dtype="<f4").reshape(-1, DIM)
     lessons = 0
     out: list[tuple[Record | RecordError, npt.NDArray[np.float32] | None]] = []
-    for line, verdict in zip(lines, verdicts, strict=True):
+    for k, (line, verdict) in enumerate(zip(lines, verdicts, strict=True)):
         if verdict is None and line is not None:
-            record = verified(line)
+            record = verified(line, None if decoded is None else decoded[k])
             vector = None
             if record.type == "lesson":
                 if lessons == len(vectors):
