@@ -3,7 +3,12 @@ runs, with no daemon and with a running ``neverestd`` for the home, against `pyt
 same run (p50 and p95 over interleaved runs).
 
 Target (docs/figures.md, start-up): p95 ≤ 3 × `python -c pass`.
-Run: python benchmarks/bench_cli.py [--runs N] [--no-daemon]
+Run: python benchmarks/bench_cli.py [--runs N] [--no-daemon] [--before DIR]
+
+``--before DIR`` also runs another tree's commands (a folder holding its ``neverest`` package, e.g.
+``git archive 1699496 neverest | tar -x -C DIR``; compile it first with ``python -m compileall DIR``) in the
+same loop, through ``PYTHONPATH``.  Every process runs in the benchmark's temporary folder: started from a
+checkout, ``python -m`` would find that checkout's package before ``PYTHONPATH``'s.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ COMMANDS: dict[str, list[str]] = {
 
 def _timed(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                   cwd=env["NEVEREST_HOME"])
     return time.perf_counter() - start
 
 
@@ -47,12 +53,15 @@ def _quantile(values: list[float], q: float) -> float:
     return sorted(values)[max(0, round(q * len(values)) - 1)]
 
 
-def _measure(ctl: list[str], env: dict[str, str], runs: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {BASELINE: [], **{name: [] for name in COMMANDS}}
+def _measure(ctl: list[str], env: dict[str, str], runs: int, before: str | None = None) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {BASELINE: []}
     for _ in range(runs):  # interleaved, so that a busy moment of the machine falls on every row alike
         times[BASELINE].append(_timed([sys.executable, "-c", "pass"], env))
         for name, words in COMMANDS.items():
-            times[name].append(_timed([*ctl, *words], env))
+            if before:
+                times.setdefault(f"{name} (before)", []).append(
+                    _timed([*ctl, *words], dict(env, PYTHONPATH=before)))
+            times.setdefault(name, []).append(_timed([*ctl, *words], env))
     return times
 
 
@@ -62,7 +71,7 @@ def _report(title: str, times: dict[str, list[float]]) -> None:
     for name, values in times.items():
         p50, p95 = _quantile(values, 0.5), _quantile(values, 0.95)
         ratio = "" if name == BASELINE else f"   = {p50 / base50:4.1f} x / {p95 / base95:4.1f} x baseline"
-        print(f"  {name:<16} p50 {p50 * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms{ratio}")
+        print(f"  {name:<20} p50 {p50 * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms{ratio}")
 
 
 def _start_daemon(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -81,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--no-daemon", action="store_true", help="measure without a running daemon only")
+    parser.add_argument("--before", metavar="DIR", help="also time the neverest package found in DIR")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -98,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*ctl, "sleep"], env=env, check=True, stdout=subprocess.DEVNULL)
         print(f"{args.runs} runs each, interleaved; ratios p50 / p95 against `{BASELINE}` (target p95 <= 3 x)")
         print(bytecode_note())
-        _report("no daemon:", _measure(ctl, env, args.runs))
+        before = str(Path(args.before).resolve()) if args.before else None
+        _report("no daemon:", _measure(ctl, env, args.runs, before))
         if not args.no_daemon:
             proc = _start_daemon(home, env)
             try:
-                _report("neverestd running for the home:", _measure(ctl, env, args.runs))
+                _report("neverestd running for the home:", _measure(ctl, env, args.runs, before))
             finally:
                 proc.terminate()
                 proc.wait(10)
