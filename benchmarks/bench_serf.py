@@ -70,6 +70,7 @@ PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 SERF_PERIOD_S = 0.2  # -profile=lan: memberlist's GossipInterval 200 ms, GossipNodes 3
 FANOUT = 3
 POLL_S = 0.05
+LOGS: Path | None = None  # --logs: where each Neverest daemon's log goes (else nowhere)
 
 
 # -- small parsers (tested in tests/test_bench_serf.py) ----------------------------------------------
@@ -147,10 +148,11 @@ class Group:
         return subprocess.run(["ip", "netns", "exec", self.ns, *argv], capture_output=True, text=True,
                               timeout=timeout_s, check=False).stdout
 
-    def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], log: Path | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
         # `ip netns exec` execs the command: the pid is the daemon's own, for /proc.
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, **kwargs)
+        with open(log, "ab") if log is not None else contextlib.nullcontext() as err:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdout=subprocess.DEVNULL,
+                                    stderr=err if err is not None else subprocess.DEVNULL, **kwargs)
         self.procs.append(proc)
         return proc
 
@@ -275,7 +277,8 @@ class Neverest(System):
             (home / "config.toml").write_text(f"gossip_every_s = {self.period_s}\nfanout = {FANOUT}\nmdns = false\n"
                                               f"peers = [{peers}]\ningest_every_s = 0.0\n")
             group.spawn([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
-                         f"127.0.0.1:{port}", "--no-mdns", "--log-level", "warning"])
+                         f"127.0.0.1:{port}", "--no-mdns", "--log-level", "info" if LOGS else "warning"],
+                        log=None if LOGS is None else LOGS / f"n{i}.log")
             self.homes.append(home)
         _wait("the daemons' control sockets", lambda: all(running(h) for h in self.homes), 60 + 3 * self.nodes,
               group)
@@ -511,7 +514,7 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
     time_to_all = statistics.median(reached) if reached else None
     return {
         "system": system.name, "nodes": system.nodes, "period_s": system.period_s, "load_at_idle": load,
-        "warmup_event_s": warm.time_to_all_s, "idle_window_s": round(t1 - t0, 1),
+        "warmup_event_s": warm.time_to_all_s, "warmup_missed": warm.missed, "idle_window_s": round(t1 - t0, 1),
         "idle_kb_s_per_node": round(idle_rate / system.nodes / 1000, 3),
         "idle_cpu_pct_median": round(statistics.median(shares), 2), "idle_cpu_pct_max": round(max(shares), 2),
         "fds_median": statistics.median(fds0), "fds_idle_end_median": statistics.median(fds1),
@@ -605,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                              "event on, one daemon that is no event's origin (events)")
     parser.add_argument("--py-spy-gil", action="store_true", dest="py_spy_gil",
                         help="keep only samples holding the GIL (Python running, not waiting)")
+    parser.add_argument("--logs", type=Path, help="keep each Neverest daemon's log (level info) in this folder")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -612,6 +616,10 @@ def main(argv: list[str] | None = None) -> int:
         print("needs root (CAP_NET_ADMIN) for `ip netns add`", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop_on_term)
+    global LOGS
+    LOGS = args.logs
+    if LOGS is not None:
+        LOGS.mkdir(parents=True, exist_ok=True)
     nodes = [int(n) for n in args.nodes.split(",")]
     periods = [float(p) for p in args.periods.split(",")]
     systems = args.systems.split(",")
@@ -687,6 +695,12 @@ def main(argv: list[str] | None = None) -> int:
               f"end {r['sockets_end']}; events {[round(e['time_to_all_s'] or -1, 2) for e in r['events']]}; "
               f"bytes/node/event against {r['baseline']}; against idle per second "
               f"{r['bytes_per_node_event_time_baseline']}; idle bytes per exchange {r['idle_bytes_per_exchange']}")
+    for r in rows:
+        if "error" not in r and r.get("warmup_missed"):
+            # e.g. a daemon whose configured peers were not listening yet during its first 3 rounds backs them
+            # off for 5 minutes (peers/table.py), and if no one lists it, nobody reaches it either
+            print(f"  !! {r['system']} N={r['nodes']}: {r['warmup_missed']} node(s) missed the warm-up event: "
+                  "the row's misses are start-up isolation, not spreading")
     for r in rows:
         if "error" not in r and r.get("settled"):
             print(f"  settled {r['system']} N={r['nodes']} {r['period_s']:g}s: {json.dumps(r['settled'])}")
