@@ -17,15 +17,21 @@ so every byte the group sends crosses that ``lo`` once and ``tx_bytes`` of that 
   both periods and the output says so.  The bytes of the ``serf event`` RPC itself (TCP on the same
   ``lo``) are measured on a lone agent in a namespace of its own and subtracted.
 
-Per group, after a warm-up (every node has one unmeasured event; for Serf, all members alive): an
-idle window (traffic KB/s per node, CPU % of a core per process, descriptors, TCP sockets by
-state), then ``--events`` events from different nodes, one at a time: time from the origin holding
+Per group, after a warm-up (every node has one unmeasured event; for Serf, all members alive): the
+window right after that event, "tail" (traffic KB/s per node, CPU % of a core per process, descriptors,
+TCP sockets by state; Neverest's paced rounds are still slowing down then, so it is the event's tail,
+not idle), then ``--events`` events from different nodes, one at a time: time from the origin holding
 it to every node holding it, rounds = that time / the period, nodes that miss it by the deadline,
 and bytes per node for the event (traffic from the trigger until a tail after the last arrival,
-minus the idle rate over the same time).  Medians are reported.
+minus the idle rate over the same time).  Medians are reported.  Last, the settled idle window:
+``--settle`` s after the last event (Neverest's waits have grown to ``gossip_quiet_every_s`` by then;
+Serf gossips only when it has something, probes every second and pushes its full state every 30 s),
+``--settled`` s long, during which the benchmark sends nothing and asks no node anything: the same
+wait and window for both systems.
 
     python benchmarks/bench_serf.py [--nodes 10,30] [--periods 0.2,1] [--events 5] [--json]
-        [--py-spy SECONDS]   (profile one Neverest daemon during the first idle window)
+        [--settle 120] [--settled 60]
+        [--py-spy SECONDS [--py-spy-during idle|events]]   (profile one Neverest daemon)
 
 Every namespace and process it makes is removed at the end, whatever happens (also on Ctrl-C).
 """
@@ -64,6 +70,7 @@ PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 SERF_PERIOD_S = 0.2  # -profile=lan: memberlist's GossipInterval 200 ms, GossipNodes 3
 FANOUT = 3
 POLL_S = 0.05
+LOGS: Path | None = None  # --logs: where each Neverest daemon's log goes (else nowhere)
 
 
 # -- small parsers (tested in tests/test_bench_serf.py) ----------------------------------------------
@@ -141,10 +148,11 @@ class Group:
         return subprocess.run(["ip", "netns", "exec", self.ns, *argv], capture_output=True, text=True,
                               timeout=timeout_s, check=False).stdout
 
-    def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], log: Path | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
         # `ip netns exec` execs the command: the pid is the daemon's own, for /proc.
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, **kwargs)
+        with open(log, "ab") if log is not None else contextlib.nullcontext() as err:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdout=subprocess.DEVNULL,
+                                    stderr=err if err is not None else subprocess.DEVNULL, **kwargs)
         self.procs.append(proc)
         return proc
 
@@ -239,6 +247,10 @@ class System:
     def idle_poll(self) -> None:
         """What polling for arrivals costs, paid in the idle window too so that the baseline bears it."""
 
+    def quiet_rounds(self) -> list[int] | None:
+        """Each node's quiet rounds in a row (its pacing), when the system says."""
+        return None
+
 
 class Neverest(System):
     name = "neverest"
@@ -265,7 +277,8 @@ class Neverest(System):
             (home / "config.toml").write_text(f"gossip_every_s = {self.period_s}\nfanout = {FANOUT}\nmdns = false\n"
                                               f"peers = [{peers}]\ningest_every_s = 0.0\n")
             group.spawn([sys.executable, "-m", "neverest.daemon", "--home", str(home), "--listen",
-                         f"127.0.0.1:{port}", "--no-mdns", "--log-level", "warning"])
+                         f"127.0.0.1:{port}", "--no-mdns", "--log-level", "info" if LOGS else "warning"],
+                        log=None if LOGS is None else LOGS / f"n{i}.log")
             self.homes.append(home)
         _wait("the daemons' control sockets", lambda: all(running(h) for h in self.homes), 60 + 3 * self.nodes,
               group)
@@ -275,14 +288,17 @@ class Neverest(System):
     def settled(self) -> bool:
         return True
 
-    def rounds_done(self) -> list[int] | None:
-        def started(home: Path) -> int:
-            exchanges = ask(home, {"op": "status"}, timeout_s=30)["status"]["exchanges"]
-            return int(exchanges.get("ok", 0)) + int(exchanges.get("failed", 0))
+    def _statuses(self) -> list[dict[str, Any]]:
         # All at once: asked one after another, 30 busy daemons take seconds, and the count drifts off the
         # traffic counter read beside it.
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.homes)) as pool:
-            return list(pool.map(started, self.homes))
+            return list(pool.map(lambda home: ask(home, {"op": "status"}, timeout_s=30)["status"], self.homes))
+
+    def rounds_done(self) -> list[int] | None:
+        return [int(s["exchanges"].get("ok", 0)) + int(s["exchanges"].get("failed", 0)) for s in self._statuses()]
+
+    def quiet_rounds(self) -> list[int] | None:
+        return [int(s.get("quiet_rounds", 0)) for s in self._statuses()]
 
     def _max_record(self, i: int) -> int:
         try:
@@ -386,8 +402,48 @@ def serf_rpc_bytes() -> float:
         return statistics.median(sizes)
 
 
+def settled_window(system: System, group: Group, *, settle_s: float, window_s: float) -> dict[str, Any]:
+    """Idle at steady state: ``settle_s`` after the last event, ``window_s`` long, nothing sent by the benchmark.
+
+    The control-socket status (Neverest's exchange counts and pacing) is asked before the wait for
+    the window's start and after its end, outside the window; inside it the benchmark only reads
+    /proc (CPU, descriptors, ``lo``'s counter), which sends nothing and wakes no node."""
+    pids = system.pids()
+    rounds0, quiet0 = system.rounds_done(), system.quiet_rounds()
+    time.sleep(settle_s)
+    load = os.getloadavg()
+    cpu0, tx0, t0 = [cpu_s(p) for p in pids], group.tx_bytes(), time.monotonic()
+    samples = [(t0, tx0)]
+    while time.monotonic() - t0 < window_s:
+        time.sleep(1.0)
+        samples.append((time.monotonic(), group.tx_bytes()))
+    cpu1, tx1, t1 = [cpu_s(p) for p in pids], group.tx_bytes(), time.monotonic()
+    fds1 = [fds(p) for p in pids]
+    rounds1, quiet1 = system.rounds_done(), system.quiet_rounds()
+    shares = [(b - a) / (t1 - t0) * 100 for a, b in zip(cpu0, cpu1, strict=True)]
+    # the busiest 10 s of the window, per node: whether a push-pull or a round stands out
+    peak = max(((xb - xa) / (tb - ta) for (ta, xa), (tb, xb) in zip(samples, samples[10:], strict=False)),
+               default=(tx1 - tx0) / (t1 - t0))
+    out: dict[str, Any] = {
+        "after_last_event_s": settle_s, "window_s": round(t1 - t0, 1), "load": load,
+        "kb_s_per_node": round((tx1 - tx0) / (t1 - t0) / system.nodes / 1000, 3),
+        "peak_10s_kb_s_per_node": round(peak / system.nodes / 1000, 3),
+        "cpu_pct_median": round(statistics.median(shares), 3), "cpu_pct_max": round(max(shares), 3),
+        "cpu_pct_mean": round(statistics.mean(shares), 3), "fds_median": statistics.median(fds1),
+        "sockets": group.sockets(),
+    }
+    if rounds0 is not None and rounds1 is not None:
+        # from the end of the events to the window's end: exchanges started a node a minute
+        out["exchanges_per_node_min_since_events"] = round(
+            (sum(rounds1) - sum(rounds0)) / system.nodes / ((settle_s + window_s) / 60), 2)
+    if quiet0 is not None and quiet1 is not None:
+        out["quiet_rounds_median_before_after"] = [statistics.median(quiet0), statistics.median(quiet1)]
+    return out
+
+
 def measure(system: System, *, warmup_s: float, idle_s: float, events: int, deadline_s: float, seed: int,
-            rpc_bytes: float, profile_s: float, profile_out: Path | None, profile_gil: bool = False) -> dict[str, Any]:
+            rpc_bytes: float, profile_s: float, profile_out: Path | None, profile_gil: bool = False,
+            profile_phase: str = "idle", settle_s: float = 0.0, settled_s: float = 0.0) -> dict[str, Any]:
     rng = random.Random(seed)
     label = f"{system.name[:5]}{system.nodes}"
     # The folder outlives the namespace: its processes are stopped before their homes are removed.
@@ -402,12 +458,14 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
         time.sleep(max(0.0, warmup_s - (time.monotonic() - started)))
         pids = system.pids()
         load = os.getloadavg()
-        profiler = None
-        if profile_out is not None:
-            profiler = subprocess.Popen([PY_SPY, "record", "--pid", str(pids[0]), "--duration", str(int(profile_s)),
-                                         "--rate", "100", "--format", "raw", "--output", str(profile_out),
-                                         "--nonblocking", *(["--gil"] if profile_gil else [])],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def profile(pid: int) -> subprocess.Popen[bytes] | None:
+            if profile_out is None:
+                return None
+            return subprocess.Popen([PY_SPY, "record", "--pid", str(pid), "--duration", str(int(profile_s)),
+                                     "--rate", "100", "--format", "raw", "--output", str(profile_out),
+                                     "--nonblocking", *(["--gil"] if profile_gil else [])],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        profiler = profile(pids[0]) if profile_phase == "idle" else None
         tx_a = group.tx_bytes()
         rounds0 = system.rounds_done()
         tx_b = group.tx_bytes()
@@ -434,11 +492,16 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
             per_exchange = ((tx_c + tx_d) / 2 - (tx_a + tx_b) / 2) / (sum(rounds1) - sum(rounds0))
         shares = [(b - a) / (t1 - t0) * 100 for a, b in zip(cpu0, cpu1, strict=True)]
         tail_s = max(2.0, 2 * system.period_s)
+        if profile_phase == "events":  # a node that is never an event's origin (those are k * 7 mod N)
+            profiler = profile(pids[1])
         measured = [run_event(system, group, k=k, origin=(k * 7) % system.nodes, deadline_s=deadline_s,
                               tail_s=tail_s, idle_rate=idle_rate, rpc_bytes=rpc_bytes, per_exchange=per_exchange)
                     for k in range(1, events + 1)]
+        if profiler is not None and profile_phase == "events":
+            profiler.wait(timeout=profile_s + 60)
         fds_end = [fds(p) for p in pids]
         sockets_end = group.sockets()
+        settled = settled_window(system, group, settle_s=settle_s, window_s=settled_s) if settled_s > 0 else None
         system.close()
     reached = [e.time_to_all_s for e in measured if e.time_to_all_s is not None]
     window_s = statistics.median(e.window_s for e in measured)
@@ -451,7 +514,7 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
     time_to_all = statistics.median(reached) if reached else None
     return {
         "system": system.name, "nodes": system.nodes, "period_s": system.period_s, "load_at_idle": load,
-        "warmup_event_s": warm.time_to_all_s, "idle_window_s": round(t1 - t0, 1),
+        "warmup_event_s": warm.time_to_all_s, "warmup_missed": warm.missed, "idle_window_s": round(t1 - t0, 1),
         "idle_kb_s_per_node": round(idle_rate / system.nodes / 1000, 3),
         "idle_cpu_pct_median": round(statistics.median(shares), 2), "idle_cpu_pct_max": round(max(shares), 2),
         "fds_median": statistics.median(fds0), "fds_idle_end_median": statistics.median(fds1),
@@ -472,6 +535,7 @@ def measure(system: System, *, warmup_s: float, idle_s: float, events: int, dead
         "effective_period_s": effective,
         "rounds_at_effective_period": None if time_to_all is None or effective is None
         else round(time_to_all / effective, 2),
+        "settled": settled,
     }
 
 
@@ -528,14 +592,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="10,30")
     parser.add_argument("--periods", default="0.2,1")
     parser.add_argument("--events", type=int, default=5)
-    parser.add_argument("--idle", type=float, default=10.0, help="idle window, seconds")
+    parser.add_argument("--idle", type=float, default=10.0,
+                        help="the window right after the warm-up event (the event's tail), seconds")
+    parser.add_argument("--settle", type=float, default=120.0,
+                        help="settled idle: the wait after the last event before its window, seconds")
+    parser.add_argument("--settled", type=float, default=60.0,
+                        help="settled idle: its window, seconds (0: none)")
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--deadline", type=float, default=20.0, help="an event not everywhere by then: missed")
     parser.add_argument("--systems", default="neverest,serf")
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy",
                         help="profile one Neverest daemon for this many seconds in the first idle window")
+    parser.add_argument("--py-spy-during", choices=("idle", "events"), default="idle", dest="py_spy_during",
+                        help="profile in the window after the warm-up event (idle), or from the first measured "
+                             "event on, one daemon that is no event's origin (events)")
     parser.add_argument("--py-spy-gil", action="store_true", dest="py_spy_gil",
                         help="keep only samples holding the GIL (Python running, not waiting)")
+    parser.add_argument("--logs", type=Path, help="keep each Neverest daemon's log (level info) in this folder")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -543,11 +616,16 @@ def main(argv: list[str] | None = None) -> int:
         print("needs root (CAP_NET_ADMIN) for `ip netns add`", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop_on_term)
+    global LOGS
+    LOGS = args.logs
+    if LOGS is not None:
+        LOGS.mkdir(parents=True, exist_ok=True)
     nodes = [int(n) for n in args.nodes.split(",")]
     periods = [float(p) for p in args.periods.split(",")]
     systems = args.systems.split(",")
     common: dict[str, Any] = {"warmup_s": args.warmup, "idle_s": args.idle, "events": args.events,
-                              "deadline_s": args.deadline, "seed": args.seed}
+                              "deadline_s": args.deadline, "seed": args.seed, "settle_s": args.settle,
+                              "settled_s": args.settled}
     started = time.monotonic()
     rpc = serf_rpc_bytes() if "serf" in systems else 0.0
     rows: list[dict[str, Any]] = []
@@ -571,10 +649,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.py_spy and profile is None:
                 out = Path(tempfile.mkstemp(prefix="nvserf-pyspy-", suffix=".txt")[1])
             row(Neverest(n, period), rpc_bytes=0.0, profile_s=args.py_spy, profile_out=out,
-                profile_gil=args.py_spy_gil)
+                profile_gil=args.py_spy_gil, profile_phase=args.py_spy_during)
             if out is not None:
                 own, total = top_frames(out.read_text() if out.exists() else "")
                 profile = {"nodes": n, "period_s": period, "seconds": args.py_spy, "raw": str(out),
+                           "during": args.py_spy_during,
                            "gil": args.py_spy_gil, "self": own, "total": total}
     result: dict[str, Any] = {
         "load_end": os.getloadavg(), "wall_s": round(time.monotonic() - started), "serf_rpc_bytes": rpc,
@@ -586,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Neverest vs Serf on loopback, fanout 3, {args.events} events per row, medians "
           f"(load at end {result['load_end'][0]:.2f}, {result['wall_s']} s)")
     print(f"{'N':>3} {'period':>7} {'system':9} {'to all s':>8} {'rounds':>6} {'missed':>6} {'B/node/ev':>9} "
-          f"{'±idle':>6} {'idle KB/s/n':>11} {'idle CPU%':>9} {'fds':>5} {'real period':>11} {'load':>5}")
+          f"{'±idle':>6} {'tail KB/s/n':>11} {'tail CPU%':>9} {'idle KB/s/n':>11} {'idle CPU%':>9} {'fds':>5} "
+          f"{'real period':>11} {'load':>5}")
     for r in rows:
         if "error" in r:
             print(f"{r['nodes']:>3} {r['period_s']:>6g}s {r['system']:9} failed: {r['error']}")
@@ -596,9 +676,16 @@ def main(argv: list[str] | None = None) -> int:
         rounds = "-" if r["rounds"] is None else f"{r['rounds']:.1f}"
         noise = "-" if r["idle_noise_bytes_per_node"] is None else str(r["idle_noise_bytes_per_node"])
         real = "-" if r["effective_period_s"] is None else f"{r['effective_period_s']:g}s"
+        settled = r.get("settled")
+        settled_kb = "-" if not settled else f"{settled['kb_s_per_node']:.3f}"
+        settled_cpu = "-" if not settled else f"{settled['cpu_pct_median']:.3f}"
         print(f"{r['nodes']:>3} {shown:>7} {r['system']:9} {tta:>8} {rounds:>6} {r['missed_total']:>6} "
               f"{r['bytes_per_node_event']:>9} {noise:>6} {r['idle_kb_s_per_node']:>11.2f} "
-              f"{r['idle_cpu_pct_median']:>9.2f} {r['fds_end_median']:>5g} {real:>11} {r['load_at_idle'][0]:>5.2f}")
+              f"{r['idle_cpu_pct_median']:>9.2f} {settled_kb:>11} {settled_cpu:>9} {r['fds_end_median']:>5g} "
+              f"{real:>11} {r['load_at_idle'][0]:>5.2f}")
+    print(f"tail: over {args.idle:g} s right after the warm-up event (Neverest's rounds still slowing down); "
+          f"idle: settled, over {args.settled:g} s starting {args.settle:g} s after the last event, nothing sent "
+          "by the benchmark (the same for both systems)")
     if "serf" in systems:
         print(f"* {result['serf_note']}; serf's own `serf event` RPC ({rpc:.0f} B) is subtracted")
     for r in rows:
@@ -608,9 +695,18 @@ def main(argv: list[str] | None = None) -> int:
               f"end {r['sockets_end']}; events {[round(e['time_to_all_s'] or -1, 2) for e in r['events']]}; "
               f"bytes/node/event against {r['baseline']}; against idle per second "
               f"{r['bytes_per_node_event_time_baseline']}; idle bytes per exchange {r['idle_bytes_per_exchange']}")
+    for r in rows:
+        if "error" not in r and r.get("warmup_missed"):
+            # e.g. a daemon whose configured peers were not listening yet during its first 3 rounds backs them
+            # off for 5 minutes (peers/table.py), and if no one lists it, nobody reaches it either
+            print(f"  !! {r['system']} N={r['nodes']}: {r['warmup_missed']} node(s) missed the warm-up event: "
+                  "the row's misses are start-up isolation, not spreading")
+    for r in rows:
+        if "error" not in r and r.get("settled"):
+            print(f"  settled {r['system']} N={r['nodes']} {r['period_s']:g}s: {json.dumps(r['settled'])}")
     if profile:
         print(f"py-spy, one daemon, N={profile['nodes']} {profile['period_s']:g}s, {profile['seconds']:g} s "
-              f"idle ({profile['raw']}): top by self / total")
+              f"{profile['during']} ({profile['raw']}): top by self / total")
         for (f1, p1), (f2, p2) in zip(profile["self"][:10], profile["total"][:10], strict=False):
             print(f"  {p1:5.1f} % {f1[:60]:60s} | {p2:5.1f} % {f2[:60]}")
     return 0

@@ -88,6 +88,7 @@ KEEP_ALIVE_TIMEOUT_S: Final = 5.0
 
 
 async def serve_asgi(app: Any, listen: str, *, logger: str, server_headers: bool = True,
+                     keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S,
                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled;
     reports the bound addresses through ``task_status``.  ``server_headers=False``: hypercorn adds
@@ -102,8 +103,9 @@ async def serve_asgi(app: Any, listen: str, *, logger: str, server_headers: bool
     # hypercorn's trio worker keeps a connection's socket open until this timeout even after the
     # client closed it (it waits for its idle timer before closing): measured, 30 daemons gossiping
     # every second held 1 124 sockets in CLOSE-WAIT with 30 s.  Our clients close idle connections
-    # after httpclient.KEEPALIVE_EXPIRY_S (4 s), so each lingers about a second.
-    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
+    # after httpclient.KEEPALIVE_EXPIRY_S (4 s), so each lingers about a second.  (Gossip keeps
+    # its connections longer: gossip/http.py.)
+    config.keep_alive_timeout = keep_alive_timeout_s
     config.read_timeout = 60  # an idle connection that never sends a request
     config.h11_max_incomplete_size = 16 * 1024  # request line and headers
     config.graceful_timeout = 2

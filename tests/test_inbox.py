@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from neverest.memory.events import IngestResult
-from neverest.memory.inbox import drain_inbox
+from neverest.memory.inbox import InboxWatch, drain_inbox
 from neverest.memory.store import Store, open_store
 from neverest.paths import INBOX_FILE
 
@@ -43,7 +43,7 @@ DRAINER = """
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from neverest.memory.inbox import drain_inbox
+from neverest.memory.inbox import InboxWatch, drain_inbox
 from neverest.memory.store import open_store
 home = Path(sys.argv[1])
 store = open_store(home)
@@ -94,6 +94,71 @@ def test_drain_ingests_once_and_a_second_drain_reads_nothing(tmp_path: Path, sto
     result = drain_inbox(store, tmp_path, now=NOW)
     assert (result.stored, result.duplicates, result.refused) == (1, 0, [])
     assert texts(store) == ["one", "two", "three"]
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_the_watch_skips_a_poll_only_while_a_complete_drain_left_nothing(tmp_path: Path, store: Store) -> None:
+    watch = InboxWatch(tmp_path, quiet_s=2.0)
+    assert watch.due()  # nothing known yet
+    drain_inbox(store, tmp_path, now=NOW)
+    watch.drained()
+    assert not watch.due()  # no inbox, as the drain left it
+    append(tmp_path, note("one"))
+    assert watch.due()  # a new file
+    drain_inbox(store, tmp_path, now=NOW)
+    watch.drained()
+    assert watch.due()  # it was younger than quiet_s when the drain began: drained again
+    _age(tmp_path / INBOX_FILE, 5.0)
+    assert watch.due()  # the times moved
+    drain_inbox(store, tmp_path, now=NOW)
+    watch.drained()
+    assert not watch.due() and not watch.due()
+    append(tmp_path, note("two"))
+    _age(tmp_path / INBOX_FILE, 5.0)
+    assert watch.due()  # it grew
+    assert drain_inbox(store, tmp_path, now=NOW).stored == 1
+    # a drain that did not complete (a busy store) is not one: the next poll drains
+    assert watch.due()
+    assert watch.due()
+    watch.drained()
+    assert not watch.due()
+    assert texts(store) == ["one", "two"]
+
+
+def test_the_watch_keeps_draining_a_line_without_newline_until_it_is_read(tmp_path: Path, store: Store) -> None:
+    watch = InboxWatch(tmp_path, quiet_s=2.0)
+    append(tmp_path, note("forgot the newline").rstrip(b"\n"))
+    for _ in range(3):  # fresh: the drainer waits for the rest, the watch keeps asking
+        assert watch.due()
+        assert drain_inbox(store, tmp_path, now=NOW, quiet_s=2.0).stored == 0
+        watch.drained()
+    _age(tmp_path / INBOX_FILE, 3.0)
+    assert watch.due()
+    assert drain_inbox(store, tmp_path, now=NOW, quiet_s=2.0).stored == 1
+    watch.drained()
+    assert not watch.due()
+
+
+def test_the_watch_never_skips_while_a_draining_file_remains(tmp_path: Path, store: Store) -> None:
+    watch = InboxWatch(tmp_path, quiet_s=0.0)
+    append(tmp_path, note("a") * 50)
+    drain_inbox(store, tmp_path, now=NOW, rotate_bytes=10, quiet_s=60)  # rotated; the renamed file is not quiet
+    assert leftovers(tmp_path)
+    for _ in range(2):
+        assert watch.due()
+        drain_inbox(store, tmp_path, now=NOW, rotate_bytes=10, quiet_s=60)
+        watch.drained()
+    assert watch.due()
+    drain_inbox(store, tmp_path, now=NOW, rotate_bytes=10, quiet_s=0)  # now deleted
+    watch.drained()
+    assert not leftovers(tmp_path)
+    assert watch.due()  # the listing changed
+    watch.drained()
+    assert not watch.due()
 
 
 def test_missing_inbox_is_nothing_to_do(tmp_path: Path, store: Store) -> None:

@@ -50,6 +50,17 @@ METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT_S: Final = 30.0
 DEFAULT_TARPIT_S: Final = 1.0
+# A connection to a peer is kept for the next exchange with it, for longer than other servers
+# keep theirs (serving.KEEP_ALIVE_TIMEOUT_S): rounds come every gossip_every_s and, while
+# quiet, further apart, and a peer is picked again within seconds while anything moves.  A
+# new TCP connection per exchange cost an in-sync exchange its handshake and teardown (7
+# packets, about 460 bytes on the wire) and both ends their share of CPU (connect, accept, a
+# new h11 state), measured with benchmarks/bench_serf.py.  The client lets a connection go
+# before the server does, so that it never sends on one the server is closing; an idle kept
+# connection sends nothing.
+KEEP_ALIVE_S: Final = 30.0  # the listener's idle timeout for a kept connection
+CLIENT_KEEPALIVE_S: Final = 25.0  # the client's: under the listener's
+CLIENT_KEPT_CONNECTIONS: Final = 64  # kept connections in all (httpx's default: 20)
 
 if TYPE_CHECKING:  # the client side (httpx, about 6 MB resident) is loaded by the first client made
     import httpx
@@ -167,11 +178,21 @@ def load_client() -> None:
 
 def client(*, transport: httpx.AsyncBaseTransport | None = None, connect_timeout_s: float = 5.0,
            read_timeout_s: float = 30.0) -> httpx.AsyncClient:
-    """The client an initiator posts exchanges with (``post``); reuse it for many exchanges."""
+    """The client an initiator posts exchanges with (``post``); reuse it for many exchanges.
+
+    Its requests carry no ``accept``, ``connection`` (HTTP/1.1 keeps a connection by default) or
+    ``user-agent``: 68 bytes of each exchange that no listener reads."""
+    import httpx
+
     from neverest import httpclient
 
-    return httpclient.async_client(transport=transport, connect_timeout_s=connect_timeout_s,
-                                   read_timeout_s=read_timeout_s, headers={"content-type": CONTENT_TYPE})
+    http = httpclient.async_client(transport=transport, connect_timeout_s=connect_timeout_s,
+                                   read_timeout_s=read_timeout_s, headers={"content-type": CONTENT_TYPE},
+                                   limits=httpx.Limits(max_keepalive_connections=CLIENT_KEPT_CONNECTIONS,
+                                                       keepalive_expiry=CLIENT_KEEPALIVE_S))
+    for name in ("accept", "connection", "user-agent"):
+        del http.headers[name]
+    return http
 
 
 async def post(http: httpx.AsyncClient, base_url: str, body: bytes, *, max_response_bytes: int,
@@ -191,4 +212,5 @@ async def post(http: httpx.AsyncClient, base_url: str, body: bytes, *, max_respo
 async def serve(app: GossipApp, listen: str, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                 ) -> None:
     """Serve ``app`` on ``listen`` (HOST:PORT) with hypercorn's trio worker until cancelled."""
-    await serve_asgi(app, listen, logger="neverestd.hypercorn", task_status=task_status)
+    await serve_asgi(app, listen, logger="neverestd.hypercorn", keep_alive_timeout_s=KEEP_ALIVE_S,
+                     task_status=task_status)

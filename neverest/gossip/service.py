@@ -112,7 +112,10 @@ class Gossip:
         # Addresses whose last write was a success with this origin, and what their peer last shared:
         # another success with them changes nothing but a score and a time, written in batches.
         self._clean: dict[str, str] = {}
-        self._learned: dict[str, tuple[str, ...]] = {}
+        # Addresses a peer shared that learning again would leave as they are (learned without a bad
+        # one or one over a bound): a peer's list is its 16 most recently seen, so its order and its
+        # members turn over from exchange to exchange while every address in it is long known.
+        self._known: dict[str, None] = {}
         self._successes: dict[str, tuple[str, datetime]] = {}  # url -> (origin, when): not yet written
         self._http: httpx.AsyncClient | None = None
         self.last_round: dict[str, Any] | None = None
@@ -455,10 +458,10 @@ class Gossip:
 
     def _batched(self, url: str, result: ExchangeResult) -> bool:
         """Whether the result only confirms what the peer table says (a success with the same
-        peer, the same addresses shared, nothing invalid): it is then batched for ``flush``."""
+        peer, only addresses already learned shared, nothing invalid): it is then batched for ``flush``."""
         peer = result.peer
         if (result.error is not None or result.is_self or peer is None or self._clean.get(url) != peer
-                or self._learned.get(peer) != result.addresses
+                or any(address not in self._known for address in result.addresses)
                 or any(reason not in POLICY_REFUSALS for reason in result.applied.refused)):
             self._clean.pop(url, None)
             return False
@@ -491,7 +494,9 @@ class Gossip:
                     table.failed(db, url, "invalid-records", f"{invalid} invalid record(s)", now)
                 elif result.peer is not None and learned is not None and not learned.bad:
                     _remember(self._clean, url, result.peer)
-                    _remember(self._learned, result.peer, result.addresses)
+                    if not learned.dropped:
+                        for address in result.addresses:
+                            _remember(self._known, address, None)
             elif error.who == "local":
                 log.warning("exchange with %s failed on our side: %s", url, error)
             elif error.who == "network":
