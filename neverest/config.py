@@ -168,10 +168,12 @@ class _Settings(NamedTuple):
     api_allow_remote: bool = False
 
 
-
-
 class Config(_Settings):
     """The configuration: the settings, and the sections each part of Neverest is handed."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Read-only as the frozen dataclass was (the sections' cache is written into __dict__ directly).
+        raise AttributeError(f"a Config is read-only; make a copy with config._replace({name}=...)")
 
     @functools.cached_property
     def sections(self) -> Sections:

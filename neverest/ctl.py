@@ -154,7 +154,7 @@ class _Unbuilt:
 class _OnlyCommand:
     """The top-level subparsers action, building the parser of one command and none of the others.
 
-    Building all ~40 parsers costs about 20 ms (argparse looks up its message catalogue for every help
+    Building all ~40 parsers costs about 16 ms (argparse looks up its message catalogue for every help
     text), more than most commands' own work (docs/figures.md, start-up); a command line that names a
     command needs only that one.  ``found`` says whether the name was one of them."""
 
@@ -220,7 +220,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _add_commands(sub: SubParsers[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-
+    """The commands, in the order ``--help`` lists them."""
     p = command(sub, common, "init", "neverest.ctl:cmd_init",
                 help="make a new memory in --home (or check an existing one)")
     p.add_argument("--json", action="store_true")

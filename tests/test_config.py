@@ -116,13 +116,13 @@ def test_every_setting_is_read_through_exactly_the_sections() -> None:
         if name == "profile" or kind is bool:
             continue
         distinct[name] = {float: 1000.5 + i, int: 2000 + i, str: f"value-{i}", tuple: (f"item-{i}",)}[kind]
-    config = Config()._replace(**distinct)
+    config = Config()._replace(**distinct)  # type: ignore[arg-type]
     held = [leaf for section in config.sections for leaf in _leaves(section)]
     for name, value in distinct.items():
         wanted = value[0] if isinstance(value, tuple) else value
         assert wanted in held, f"{name} is in no section"
     for flag in ("mdns", "log_json", "api_allow_remote"):
-        flipped = Config()._replace(**{flag: not getattr(Config(), flag)})
+        flipped = Config()._replace(**{flag: not getattr(Config(), flag)})  # type: ignore[arg-type]
         assert flipped.sections != Config().sections, f"{flag} is in no section"
 
 
@@ -141,3 +141,14 @@ def test_a_profile_sets_defaults_that_the_file_environment_and_flags_still_overr
     (tmp_path / "config.toml").write_text('profile = "moon"\n')
     with pytest.raises(ConfigError, match="profile: 'moon' is not one of lan, wan, local"):
         load_config(tmp_path, {})
+
+
+def test_a_config_is_read_only_and_copied_with_replace() -> None:
+    config = Config()
+    with pytest.raises(AttributeError, match="read-only"):
+        config.fanout = 9  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="read-only"):
+        config.anything = 1
+    wider = config._replace(fanout=9)
+    assert (config.fanout, wider.fanout, wider.sections.gossip.fanout) == (3, 9, 9)
+    assert config.sections.gossip.fanout == 3  # the copy's sections are its own
