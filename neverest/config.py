@@ -17,14 +17,14 @@ flags onto these fields; they never repeat defaults.  ``docs/config.example.toml
 lists every field with its default (a test keeps the two equal).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typing.NamedTuple makes a ForwardRef of every annotation
+# spelled as a string, compiling each (about 5 ms for the 73 settings, at every command's start).
 import functools
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast, get_origin
 
 from neverest.paths import CONFIG_FILE
 
@@ -176,7 +176,7 @@ class Config(_Settings):
         raise AttributeError(f"a Config is read-only; make a copy with config._replace({name}=...)")
 
     @functools.cached_property
-    def sections(self) -> Sections:
+    def sections(self) -> "Sections":
         """The settings grouped by the part of Neverest that reads them."""
         return Sections(
             store=StoreSection(busy_timeout_s=self.busy_timeout_s),
@@ -374,13 +374,12 @@ PROFILES: Final[dict[str, dict[str, Any]]] = {
 
 _TRUE: Final = ("1", "true", "yes", "on")
 _FALSE: Final = ("0", "false", "no", "off", "")
-_KINDS: Final[dict[str, type]] = {"str": str, "float": float, "int": int, "bool": bool, "tuple[str, ...]": tuple}
 _WHAT: Final[dict[type, str]] = {str: "a string", float: "a number", int: "a whole number", bool: "true or false"}
 
 
 def _kind(name: str) -> type:
-    spelled = _Settings.__annotations__[name]  # a string, or typing's ForwardRef of it (postponed annotations)
-    return _KINDS[str(getattr(spelled, "__forward_arg__", spelled))]
+    annotation = _Settings.__annotations__[name]  # str, float, int, bool or tuple[str, ...]
+    return cast(type, get_origin(annotation) or annotation)
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:

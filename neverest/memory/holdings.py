@@ -15,8 +15,8 @@ A record is stored once (by a digest of its bytes) and indexed by (origin, seq),
 These functions run inside the caller's write transaction.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typing.NamedTuple would compile a ForwardRef for each field
+# spelled as a string, at every command's start (the rows below).
 import hashlib
 import sqlite3
 from collections.abc import Collection, Generator, Sequence

@@ -6,8 +6,8 @@ is the mean of the source episodes' vectors, so the mean cosine of an episode wi
 lesson's sources is one dot product.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typing.NamedTuple would compile a ForwardRef for each field
+# spelled as a string, at every command's start (the rows below).
 import json
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence

@@ -1,7 +1,7 @@
 """Counts for status reports (``neverestctl status``, the daemon's status and metrics)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typing.NamedTuple would compile a ForwardRef for each field
+# spelled as a string, at every command's start (the rows below).
 import sqlite3
 from typing import NamedTuple
 
