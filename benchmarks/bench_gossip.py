@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import random
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,7 @@ import cputime
 import nacl.bindings
 import nacl.signing
 import trio
+from alternate import alternate, medians  # the same folder: on sys.path when this script runs
 
 from neverest import verify_pool
 from neverest.clock import FixedClock
@@ -174,23 +173,10 @@ def pull_rate(tmp: Path, n: int, *, alone: bool = True) -> dict[str, Any]:
             "target_ratio": 0.7, "target_per_s": 5000, "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())}
 
 
-def interleaved(before: Path, rounds: int, n: int) -> dict[str, list[dict[str, Any]]]:
-    """The pooled pull of this tree and of ``before``, alternated, each in a process of its own."""
-    trees = {"after": Path(__file__).resolve().parents[1], "before": before.resolve()}
-    out: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
-    for k in range(rounds):
-        for name in (("before", "after") if k % 2 else ("after", "before")):
-            env = dict(os.environ, PYTHONPATH=str(trees[name]))
-            done = subprocess.run([sys.executable, __file__, "--pull-only", "--json",
-                                   "--records", str(n)], env=env, capture_output=True, text=True, check=False)
-            if not done.stdout.strip():
-                raise SystemExit(f"the {name} tree's pull failed:\n{done.stderr}")
-            pull = json.loads(done.stdout)["pull"]
-            out[name].append(pull)
-            print(f"  round {k + 1} {name:>6}: {pull['pull_per_s']} records/s = {pull['ratio']:.3f} x raw "
-                  f"({pull['baseline_crypto_sign_open_per_s']}/s), {pull['cores_used']} cores, per CPU second "
-                  f"{pull['cpu_ratio']:.3f} x; load {pull['load']}", file=sys.stderr, flush=True)
-    return out
+def _describe_pull(pull: dict[str, Any]) -> str:
+    return (f"{pull['pull_per_s']} records/s = {pull['ratio']:.3f} x raw "
+            f"({pull['baseline_crypto_sign_open_per_s']}/s), {pull['cores_used']} cores, "
+            f"per CPU second {pull['cpu_ratio']:.3f} x; load {pull['load']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,11 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each tree with --before")
     args = parser.parse_args(argv)
     if args.before is not None:
-        runs = interleaved(args.before, args.rounds, args.records)
-        summary = {name: {key: statistics.median(r[key] for r in pulls)
-                          for key in ("pull_per_s", "ratio", "cpu_ratio", "cores_used",
-                                      "baseline_crypto_sign_open_per_s")}
-                   for name, pulls in runs.items()}
+        runs = alternate(__file__, ["--pull-only", "--json", "--records", str(args.records)], args.before,
+                         args.rounds, describe=_describe_pull, pick=lambda out: out["pull"])
+        summary = medians(runs, ("pull_per_s", "ratio", "cpu_ratio", "cores_used", "baseline_crypto_sign_open_per_s"))
         if args.json:
             print(json.dumps({"rounds": runs, "median": summary}))
         else:

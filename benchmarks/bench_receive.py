@@ -33,8 +33,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +43,7 @@ from typing import Any
 import cputime
 import nacl.bindings
 import nacl.signing
+from alternate import alternate, medians  # the same folder: on sys.path when this script runs
 
 from neverest import verify_pool
 from neverest.config import Config
@@ -144,26 +143,11 @@ def threshold(lines: list[bytes], pool: verify_pool.VerifyPool, repeat: int = 20
     return out
 
 
-def interleaved(before: Path, rounds: int, records: int, processes: int) -> dict[str, list[dict[str, Any]]]:
-    """This benchmark with this tree's neverest and with the one in ``before``, alternated, each in a
-    process of its own."""
-    trees = {"after": Path(__file__).resolve().parents[1], "before": before.resolve()}
-    out: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
-    for k in range(rounds):
-        for name in (("before", "after") if k % 2 else ("after", "before")):
-            done = subprocess.run([sys.executable, __file__, "--json", "--records", str(records), "--processes",
-                                   str(processes)], env=dict(os.environ, PYTHONPATH=str(trees[name])),
-                                  capture_output=True, text=True, check=False)
-            if not done.stdout.strip():
-                raise SystemExit(f"the {name} tree's run failed:\n{done.stderr}")
-            r = json.loads(done.stdout)
-            out[name].append(r)
-            print(f"  round {k + 1} {name:>6}: here {r['alone_per_s']} records/s = {r['alone_ratio']:.3f} x,"
-                  f" per CPU second {r['alone_cpu_ratio']:.3f} x; {processes} processes {r['pool_per_s']} records/s"
-                  f" = {r['pool_ratio']:.3f} x ({r['pool_cores_used']} cores, per CPU second"
-                  f" {r['pool_cpu_ratio']:.3f} x); raw {r['baseline_crypto_sign_open_per_s']}/s; {r['load']}",
-                  file=sys.stderr, flush=True)
-    return out
+def _describe_run(r: dict[str, Any], processes: int) -> str:
+    return (f"here {r['alone_per_s']} records/s = {r['alone_ratio']:.3f} x, per CPU second "
+            f"{r['alone_cpu_ratio']:.3f} x; {processes} processes {r['pool_per_s']} records/s = "
+            f"{r['pool_ratio']:.3f} x ({r['pool_cores_used']} cores, per CPU second {r['pool_cpu_ratio']:.3f} x); "
+            f"raw {r['baseline_crypto_sign_open_per_s']}/s; {r['load']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,10 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each tree with --before")
     args = parser.parse_args(argv)
     if args.before is not None:
-        runs = interleaved(args.before, args.rounds, args.records, args.processes)
-        keys = ("alone_per_s", "alone_ratio", "alone_cpu_ratio", "pool_per_s", "pool_ratio", "pool_cpu_ratio",
-                "pool_cores_used", "baseline_crypto_sign_open_per_s")
-        summary = {name: {key: statistics.median(r[key] for r in rs) for key in keys} for name, rs in runs.items()}
+        runs = alternate(__file__, ["--json", "--records", str(args.records), "--processes", str(args.processes)],
+                         args.before, args.rounds, describe=lambda r: _describe_run(r, args.processes))
+        summary = medians(runs, ("alone_per_s", "alone_ratio", "alone_cpu_ratio", "pool_per_s", "pool_ratio",
+                                 "pool_cpu_ratio", "pool_cores_used", "baseline_crypto_sign_open_per_s"))
         if args.json:
             print(json.dumps({"rounds": runs, "median": summary}))
         else:
