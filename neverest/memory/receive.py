@@ -143,28 +143,104 @@ class _MeaningIndex:
 
     Looking up "the same meaning" for every received lesson against a matrix kept in
     memory, instead of reading every lesson's vector from the store each time, keeps
-    receiving linear in the number of records.
+    receiving linear in the number of records read from the store.
+
+    ``same_meaning`` alone is one matrix-vector product over every held lesson of the kind
+    per record: a pull of distinct lessons into a large store pays that for each of them
+    (207 µs a record at 10 000 lessons, docs/figures.md).  So ``plan`` scores a whole batch
+    first, one matrix product per kind (the held lessons against the batch's vectors, and
+    the batch against itself for the candidates it will add), and a record whose best score
+    is clearly under the join threshold is answered from that; only a record at or near it
+    is looked up as before, with the same product on the same rows, so the decisions (the
+    lesson joined, or none) are those of the record-by-record lookup, never approximations.
     """
+
+    # How far under the join threshold a batch score must be to answer "none" from it.  Both
+    # products compute the same cosines in float32 with different summation orders; for rows
+    # of norm at most 1 over 256 dimensions they differ by at most about 3e-5 (twice the
+    # rounding bound 256 × 2^-24), so 1e-3 leaves a wide margin (scaled for longer rows).
+    _MARGIN: Final = 1e-3
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._rows: dict[str, VectorRows] = {}
+        self._plans: dict[str, _KindPlan] = {}
+        self._slots: dict[int, tuple[str, int]] = {}  # the caller's key of a planned lesson -> (kind, column)
+        self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
         rows = lessons.meaning_vectors(db, HASHED_SPACE)
         if rows:
             matrix = stack([r[2] for r in rows], DIM)
             for (lesson_id, kind, _), vector in zip(rows, matrix, strict=True):
                 self.add(kind, lesson_id, vector)
 
-    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32]) -> None:
+    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None) -> None:
+        """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``)."""
         self._rows.setdefault(kind, VectorRows(DIM)).add(lesson_id, vector)
+        plan = self._plans.get(kind)
+        if plan is None:
+            return
+        slot = self._slots.get(key) if key is not None else None
+        if slot is not None and slot[0] == kind:
+            plan.added.append(slot[1])
+        else:  # a row the plan did not score: its answers would miss it, so the exact lookup decides
+            del self._plans[kind]
 
-    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32]) -> int | None:
-        """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says."""
+    def plan(self, batch: Sequence[tuple[int, str, npt.NDArray[np.float32]]]) -> None:
+        """Score a batch of lessons about to be applied, as (key, kind, vector), replacing the last
+        plan: ``same_meaning(..., key=key)`` is then answered from these scores when they are clearly
+        under the threshold.  The lessons of the batch that become candidates must be ``add``ed with
+        their key, in order, as ``same_meaning`` would see them."""
+        self._plans, self._slots = {}, {}
+        by_kind: dict[str, list[tuple[int, npt.NDArray[np.float32]]]] = {}
+        for key, kind, vector in batch:
+            by_kind.setdefault(kind, []).append((key, vector))
+        for kind, items in by_kind.items():
+            vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
+            rows = self._rows.get(kind)
+            held = rows.matrix if rows is not None else np.zeros((0, DIM), np.float32)
+            longest = max(1.0, float(np.sqrt((vectors * vectors).sum(axis=1).max())),
+                          float(np.sqrt((held * held).sum(axis=1).max())) if len(held) else 0.0)
+            best = (held @ vectors.T).max(axis=0) if len(held) else np.full(len(items), -np.inf, np.float32)
+            self._plans[kind] = _KindPlan(best, vectors, self._MARGIN * longest * longest)
+            for column, (key, _) in enumerate(items):
+                self._slots[key] = (kind, column)
+
+    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> int | None:
+        """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says.  ``key``: the
+        lesson's key in the last ``plan``, whose scores may answer for it."""
         rows = self._rows.get(kind)
         if rows is None or not len(rows):
             return None
+        plan = self._plans.get(kind)
+        slot = self._slots.get(key) if key is not None and plan is not None else None
+        if plan is not None and slot is not None and slot[0] == kind:
+            column = slot[1]
+            best = plan.held_best[column]
+            if plan.added:
+                best = np.max(np.append(plan.within()[plan.added, column], best))  # NaN stays NaN
+            if best < join_threshold(HASHED_SPACE) - plan.margin:  # False for NaN: then the exact lookup
+                return None
+        self.lookups += 1
         scores = rows.matrix @ vector
-        best = int(scores.argmax())
-        return int(rows.ids[best]) if scores[best] >= join_threshold(HASHED_SPACE) else None
+        best_row = int(scores.argmax())
+        return int(rows.ids[best_row]) if scores[best_row] >= join_threshold(HASHED_SPACE) else None
+
+
+class _KindPlan:
+    """One kind's scores in a planned batch (``_MeaningIndex.plan``)."""
+
+    def __init__(self, held_best: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32], margin: float) -> None:
+        self.held_best = held_best  # per planned lesson, its best cosine with the lessons held before the batch
+        self.vectors = vectors
+        self.margin = margin
+        self.added: list[int] = []  # columns of the planned lessons added since, in order
+        self._within: npt.NDArray[np.float32] | None = None
+
+    def within(self) -> npt.NDArray[np.float32]:
+        """The planned lessons' cosines with each other: made when first needed, since a batch whose
+        lessons all join held ones (the common case once a memory is in step) adds none."""
+        if self._within is None:
+            self._within = self.vectors @ self.vectors.T
+        return self._within
 
 
 _NOTHING_MET: Final = lessons.Arrival(False, False, None, None)
@@ -172,7 +248,7 @@ _NOTHING_MET: Final = lessons.Arrival(False, False, None, None)
 
 def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
                   result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None,
-                  unknown: bool) -> None:
+                  unknown: bool, key: int | None) -> None:
     if record.origin == own_origin:
         return
     # Is the hash tombstoned, did this origin already revoke it, and which lesson here holds
@@ -189,7 +265,7 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         return
     if vector is None:
         vector = hashed_vector(fields["text"])
-    similar = index.same_meaning(fields["kind"], vector)
+    similar = index.same_meaning(fields["kind"], vector, key)
     if similar is not None:
         if _raise(db, similar, record.origin, config, now):
             result.corroborated += 1
@@ -201,7 +277,7 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         seen=fields["seen"], created=iso(now), origin=record.origin, layer=layer_of(record.origin, config),
         space=HASHED_SPACE, embedding=to_blob(vector), centroid=None, origins=[record.origin]))
     result.candidates += 1
-    index.add(fields["kind"], lesson_id, vector)
+    index.add(fields["kind"], lesson_id, vector, key)
     # Confirmations that arrived before the lesson count now.
     for confirmer in ([] if unknown else holdings.confirmers(db, record.target)):
         if confirmer not in (record.origin, own_origin) and _raise(db, lesson_id, confirmer, config, now):
@@ -225,11 +301,12 @@ def _apply_revoke(db: sqlite3.Connection, record: Record, now: datetime, result:
 
 def _apply(db: sqlite3.Connection, record: Record, own_origin: str, config: Config, now: datetime,
            result: ReceiveResult, index: _MeaningIndex, vector: npt.NDArray[np.float32] | None = None,
-           unknown: bool = False) -> None:
+           unknown: bool = False, key: int | None = None) -> None:
     """``unknown``: nothing in the store is about the record's target yet (Receiver._store knows it
-    for a whole batch with three queries), so the look-ups that would find nothing are skipped."""
+    for a whole batch with three queries), so the look-ups that would find nothing are skipped.
+    ``key``: the record's key in the meaning index's plan of its batch (``_MeaningIndex.plan``)."""
     if record.type == "lesson":
-        _apply_lesson(db, record, own_origin, config, now, result, index, vector, unknown)
+        _apply_lesson(db, record, own_origin, config, now, result, index, vector, unknown, key)
     elif record.type == "confirm":
         _apply_confirm(db, record, own_origin, config, now, result, unknown)
     elif record.type == "revoke":
@@ -407,11 +484,19 @@ class Receiver:
             # would find nothing; once one is stored, the target is known and the next ones look.
             unknown = holdings.unknown_targets(db, {p.item.target for p in self._pending
                                                     if isinstance(p.item, Record)})
+            planned: list[tuple[int, str, npt.NDArray[np.float32]]] = []
+            for k, (_, item, _, vector, _) in enumerate(self._pending):
+                if isinstance(item, Record) and item.type == "lesson" and k not in over:
+                    vector = vector if vector is not None else vectors.get(id(item))
+                    if vector is not None:
+                        planned.append((k, item.fields["kind"], vector))
+            # The same-meaning check of the whole batch in one matrix product per kind.
+            self._index.plan(planned)
             for k, (source, item, result, vector, digest) in enumerate(self._pending):
                 if vector is None and isinstance(item, Record):
                     vector = vectors.get(id(item))
                 reason = (over[k] if k in over
-                          else self._store_one(db, source, item, result, horizon, vector, usage, unknown, digest))
+                          else self._store_one(db, source, item, result, horizon, vector, usage, unknown, digest, k))
                 if reason is not None:
                     refused[source, reason] += 1
                     result.refused[reason] += 1
@@ -425,8 +510,9 @@ class Receiver:
 
     def _store_one(self, db: sqlite3.Connection, source: str, item: Record | RecordError, result: ReceiveResult,
                    horizon: datetime, vector: npt.NDArray[np.float32] | None, usage: holdings.Usage,
-                   unknown: set[str], digest: str | None) -> str | None:
-        """Store and apply one record; the refusal reason, if it is refused."""
+                   unknown: set[str], digest: str | None, key: int | None = None) -> str | None:
+        """Store and apply one record; the refusal reason, if it is refused.  ``key``: its place in the
+        batch, as the meaning index's plan knows it."""
         if isinstance(item, RecordError):
             return item.code
         if parse_time(holdings.signed_time(item)) > horizon:
@@ -454,7 +540,8 @@ class Receiver:
             result.older += 1
         else:
             result.accepted += 1
-            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector, first)
+            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector, first,
+                   key)
         return None
 
     def _refused_refutation(self, db: sqlite3.Connection, record: Record, unknown: bool) -> str | None:

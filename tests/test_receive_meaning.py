@@ -1,0 +1,154 @@
+"""The same-meaning check of a batch in one matrix product (receive._MeaningIndex.plan), held to the
+record-by-record lookup by a differential test: the same lessons joined, the same candidates made."""
+
+from __future__ import annotations
+
+import random
+import string
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nacl.signing
+import numpy as np
+import pytest
+
+from neverest.config import Config
+from neverest.memory.embed import DIM, HASHED_JOIN_COSINE, HashedEmbedder, to_blob
+from neverest.memory.queries import lessons as lesson_queries
+from neverest.memory.receive import _MeaningIndex, receive
+from neverest.memory.store import Store, open_store
+from neverest.records import lesson_hash, sign_lesson
+
+KINDS = ("error", "correction", "surprise")
+WORDS = ("pip", "install", "fails", "without", "build", "isolation", "pytest", "hangs", "database", "container",
+         "down", "npm", "pnpm", "lockfile", "docker", "compose", "port", "busy", "timeout", "proxy")
+
+
+def _texts(rng: random.Random, n: int) -> list[str]:
+    # Few words from a small vocabulary: many pairs land near the join threshold, some on it.
+    return [" ".join(rng.sample(WORDS, rng.randint(2, 6))) for _ in range(n)]
+
+
+def _near(rng: random.Random, base: np.ndarray, cosine: float) -> np.ndarray:
+    """A unit vector whose cosine with the unit vector ``base`` is ``cosine`` (to float32 rounding)."""
+    other = np.asarray([rng.gauss(0, 1) for _ in range(DIM)], dtype=np.float64)
+    other -= other @ base * base
+    other /= np.linalg.norm(other)
+    return (cosine * base + np.sqrt(1 - cosine * cosine) * other).astype(np.float32)
+
+
+def _vectors(seed: int, n: int) -> list[tuple[str, np.ndarray]]:
+    rng = random.Random(seed)
+    texts = _texts(rng, n)
+    vectors = list(HashedEmbedder().embed(texts))
+    out: list[tuple[str, np.ndarray]] = []
+    for k, vector in enumerate(vectors):
+        kind = rng.choice(KINDS)
+        roll = rng.random()
+        if roll < 0.1 and out:  # a copy of an earlier vector: exact ties
+            kind, vector = rng.choice(out)
+        elif roll < 0.25 and out:  # on the threshold, give or take a few float32 steps
+            _, base = rng.choice(out)
+            if np.linalg.norm(base) > 0:
+                vector = _near(rng, base.astype(np.float64) / np.linalg.norm(base),
+                               HASHED_JOIN_COSINE + rng.choice((-2e-7, -6e-8, 0.0, 6e-8, 2e-7, 1e-4, -1e-4)))
+        elif roll < 0.27:
+            vector = np.zeros(DIM, np.float32)  # a sentence without words
+        elif roll < 0.28:
+            vector = np.full(DIM, np.nan, np.float32)  # what a lying worker might send
+        elif roll < 0.30:
+            vector = (vector * 3).astype(np.float32)  # longer than a unit row
+        out.append((kind, np.asarray(vector, np.float32)))
+        del k
+    return out
+
+
+def _held(store: Store, seed: int, n: int) -> None:
+    with store.write() as db:
+        for k, (kind, vector) in enumerate(_vectors(seed, n)):
+            text = f"held lesson {seed} {k}"
+            lesson_queries.create(db, lesson_queries.NewLesson(
+                hash=lesson_hash(kind, text), kind=kind, text=text, cwd="", strength=0.5, seen=1,
+                created="2026-04-01T00:00:00.000000Z", origin="a" * 16, layer="common", space="hashed",
+                embedding=to_blob(vector), centroid=None))
+
+
+def _decide(index: _MeaningIndex, batches: list[list[tuple[str, np.ndarray]]], *, planned: bool) -> list[int | None]:
+    """What receive does with each lesson, batch by batch: join the lesson found, or add a candidate."""
+    decisions: list[int | None] = []
+    new_id = 10**6
+    for batch in batches:
+        if planned:
+            index.plan([(k, kind, vector) for k, (kind, vector) in enumerate(batch)])
+        for k, (kind, vector) in enumerate(batch):
+            found = index.same_meaning(kind, vector, k if planned else None)
+            decisions.append(found)
+            if found is None:
+                new_id += 1
+                index.add(kind, new_id, vector, k if planned else None)
+    return decisions
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_batch_decides_as_the_record_by_record_lookup(tmp_path: Path, seed: int) -> None:
+    store = open_store(tmp_path)
+    _held(store, seed, 150 if seed % 2 else 0)
+    incoming = _vectors(1000 + seed, 900)
+    sizes = [1, 7, 500, 392]  # batches as the receiver cuts them, and odd ones
+    batches, at = [], 0
+    for size in sizes:
+        batches.append(incoming[at:at + size])
+        at += size
+    reference = _decide(_MeaningIndex(store.db), batches, planned=False)
+    batched = _MeaningIndex(store.db)
+    assert _decide(batched, batches, planned=True) == reference
+    joined = sum(d is not None for d in reference)
+    assert len(reference) // 20 < joined < len(reference) - len(reference) // 20  # both outcomes, often
+
+
+def test_distinct_lessons_need_no_lookup_one_by_one(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    rng = np.random.default_rng(7)
+    held = rng.standard_normal((300, DIM)).astype(np.float32)
+    with store.write() as db:
+        for k, vector in enumerate(held / np.linalg.norm(held, axis=1, keepdims=True)):
+            text = f"held {k}"
+            lesson_queries.create(db, lesson_queries.NewLesson(
+                hash=lesson_hash("error", text), kind="error", text=text, cwd="", strength=0.5, seen=1,
+                created="2026-04-01T00:00:00.000000Z", origin="a" * 16, layer="common", space="hashed",
+                embedding=to_blob(vector), centroid=None))
+    fresh = rng.standard_normal((500, DIM)).astype(np.float32)
+    fresh /= np.linalg.norm(fresh, axis=1, keepdims=True)  # random directions: cosines near 0
+    index = _MeaningIndex(store.db)
+    assert _decide(index, [[("error", v) for v in fresh]], planned=True) == [None] * 500
+    assert index.lookups == 0
+
+
+def test_a_row_added_outside_the_plan_sends_its_kind_back_to_the_exact_lookup(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    index = _MeaningIndex(store.db)
+    vector = HashedEmbedder().embed(["pip install fails without build isolation"])[0]
+    index.add("error", 1, vector)
+    index.plan([(0, "error", vector)])
+    index.add("error", 2, vector)  # no key: the plan never scored this row
+    assert index.same_meaning("error", vector, 0) == 1 and index.lookups == 1
+
+
+def test_a_pull_of_distinct_lessons_makes_each_a_candidate(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    key = nacl.signing.SigningKey(b"\x05" * 32)
+    rng = random.Random(5)
+    # Words of random letters: no two lessons share one, so none means what another says.
+    texts = [" ".join("".join(rng.choices(string.ascii_lowercase, k=9)) for _ in range(4)) for _ in range(600)]
+    texts.append(texts[3] + " again")  # means what lesson 3 says
+    lines = [sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z",
+                         seq=k + 1).raw for k, text in enumerate(texts)]
+    # What the record-by-record lookup makes of them, in a store of its own.
+    reference = _decide(_MeaningIndex(open_store(tmp_path / "reference").db),
+                        [[("error", v) for v in HashedEmbedder().embed(texts)]], planned=False)
+    result = receive(store, lines, source="test", own_origin="f" * 16, config=Config(verify_processes=0),
+                     now=datetime(2026, 4, 1, 12, tzinfo=UTC))
+    made = {str(r[0]) for r in store.db.execute("SELECT hash FROM lessons")}
+    assert made == {lesson_hash("error", text) for text, d in zip(texts, reference, strict=True) if d is None}
+    assert result.accepted == 601 and result.candidates == len(made) and result.corroborated == 0
+    assert reference[-1] is not None and len(made) > 590  # the last joined lesson 3; nearly all are new
