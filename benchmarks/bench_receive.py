@@ -20,6 +20,12 @@ the same batch sent to a verifying process and back: where the trip starts to pa
 
 Target (docs/figures.md): >= 0.7 x the raw verify rate per core.
 
+``--distinct N`` measures instead a pull of N lessons that all differ in meaning, fed to one
+``Receiver`` 2 500 lines at a time with the verifying processes on: each becomes a candidate, so
+the same-meaning check compares it with every lesson held so far.  It prints the receiving thread's
+CPU a record for each chunk of 2 500 (held lessons 0, 2 500, 5 000...): flat when that check costs
+the same whatever the store holds.  With ``--before DIR`` the chunks are alternated as above.
+
 ``--before DIR`` runs the whole benchmark ``--rounds`` times in fresh processes, alternating this
 tree's ``neverest`` with the one in ``DIR`` (a folder holding another tree's ``neverest``), and prints
 each run's figures side by side: before and after on the same busy machine.
@@ -49,7 +55,7 @@ from neverest import verify_pool
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory.embed import HashedEmbedder
-from neverest.memory.receive import _verdicts
+from neverest.memory.receive import Receiver, _verdicts
 from neverest.memory.store import open_store
 from neverest.records import lesson_hash, parse_many, sign_confirm, sign_lesson
 from neverest.transports.folder import read_others
@@ -143,6 +149,43 @@ def threshold(lines: list[bytes], pool: verify_pool.VerifyPool, repeat: int = 20
     return out
 
 
+def distinct(home: Path, n: int, chunk: int = 2_500) -> dict[str, Any]:
+    """A pull of ``n`` lessons distinct in meaning (words of random letters, 250 origins), ``chunk`` lines at a
+    time into one Receiver: the receiving thread's CPU a record for each chunk."""
+    import random
+    import string
+
+    rng = random.Random(1)
+    keys = [nacl.signing.SigningKey(i.to_bytes(32, "big")) for i in range(1, 251)]
+    lines = [sign_lesson(keys[k % 250], kind="error", seen=1, strength=1.0, updated=AT, seq=k // 250 + 1,
+                         text=" ".join("".join(rng.choices(string.ascii_lowercase, k=8)) for _ in range(5))).raw
+             for k in range(n)]
+    pool = verify_pool.shared(os.cpu_count() or 1)
+    for job in [pool.submit("receive-batch", []) for _ in range(pool.processes)]:
+        job.result()
+    HashedEmbedder().embed(["numpy imported before timing"])
+    config = Config(received_budget_bytes=0, received_origin_budget_bytes=0, received_peer_budget_bytes=0,
+                    received_exchange_budget_bytes=0)
+    store = open_store(home)
+    per_chunk = []
+    candidates = 0
+    with Receiver(store, own_origin=Identity.from_seed(b"\x99" * 32).origin, config=config, now=NOW) as receiver:
+        for at in range(0, n, chunk):
+            cpu = time.thread_time()
+            result = receiver.receive(lines[at:at + chunk], source="bench")
+            receiver.flush()
+            per_chunk.append(round((time.thread_time() - cpu) / len(lines[at:at + chunk]) * 1e6, 1))
+            candidates += result.candidates
+    store.close()
+    return {"records": n, "candidates": candidates, "held_before_chunk": list(range(0, n, chunk)),
+            "receiving_thread_us_per_record": per_chunk, "load": cputime.load()}
+
+
+def _describe_distinct(r: dict[str, Any]) -> str:
+    return (f"{r['candidates']} candidates; receiving thread us a record by chunk "
+            f"{r['receiving_thread_us_per_record']}; {r['load']}")
+
+
 def _describe_run(r: dict[str, Any], processes: int) -> str:
     return (f"here {r['alone_per_s']} records/s = {r['alone_ratio']:.3f} x, per CPU second "
             f"{r['alone_cpu_ratio']:.3f} x; {processes} processes {r['pool_per_s']} records/s = "
@@ -159,7 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--before", metavar="DIR", type=Path, help="also run with the neverest in DIR, alternated")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each tree with --before")
+    parser.add_argument("--distinct", type=int, metavar="N", help="a pull of N lessons distinct in meaning instead")
     args = parser.parse_args(argv)
+    if args.distinct is not None:
+        if args.before is not None:
+            alternate(__file__, ["--json", "--distinct", str(args.distinct)], args.before, args.rounds,
+                      describe=_describe_distinct)
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            out = distinct(Path(tmp) / "home", args.distinct)
+        print(json.dumps(out) if args.json else _describe_distinct(out))
+        return 0
     if args.before is not None:
         runs = alternate(__file__, ["--json", "--records", str(args.records), "--processes", str(args.processes)],
                          args.before, args.rounds, describe=lambda r: _describe_run(r, args.processes))

@@ -164,6 +164,7 @@ class _MeaningIndex:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._rows: dict[str, VectorRows] = {}
         self._plans: dict[str, _KindPlan] = {}
+        self._longest: dict[str, float] = {}  # the longest held row's norm by kind (the margin scales with it)
         self._slots: dict[int, tuple[str, int]] = {}  # the caller's key of a planned lesson -> (kind, column)
         self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
         rows = lessons.meaning_vectors(db, HASHED_SPACE)
@@ -175,12 +176,15 @@ class _MeaningIndex:
     def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None) -> None:
         """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``)."""
         self._rows.setdefault(kind, VectorRows(DIM)).add(lesson_id, vector)
+        norm = float(np.sqrt(vector @ vector))
+        # (A NaN row needs no bound: its NaN scores send the whole kind to the exact lookup.)
+        self._longest[kind] = max(self._longest.get(kind, 0.0), norm)
         plan = self._plans.get(kind)
         if plan is None:
             return
         slot = self._slots.get(key) if key is not None else None
         if slot is not None and slot[0] == kind:
-            plan.added.append(slot[1])
+            plan.added(slot[1])
         else:  # a row the plan did not score: its answers would miss it, so the exact lookup decides
             del self._plans[kind]
 
@@ -197,8 +201,9 @@ class _MeaningIndex:
             vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
             rows = self._rows.get(kind)
             held = rows.matrix if rows is not None else np.zeros((0, DIM), np.float32)
-            longest = max(1.0, float(np.sqrt((vectors * vectors).sum(axis=1).max())),
-                          float(np.sqrt((held * held).sum(axis=1).max())) if len(held) else 0.0)
+            norms = np.sqrt((vectors * vectors).sum(axis=1))
+            longest = max(1.0, float(np.max(norms)) if not np.isnan(norms).any() else np.inf,
+                          self._longest.get(kind, 0.0))
             best = (held @ vectors.T).max(axis=0) if len(held) else np.full(len(items), -np.inf, np.float32)
             self._plans[kind] = _KindPlan(best, vectors, self._MARGIN * longest * longest)
             for column, (key, _) in enumerate(items):
@@ -213,11 +218,8 @@ class _MeaningIndex:
         plan = self._plans.get(kind)
         slot = self._slots.get(key) if key is not None and plan is not None else None
         if plan is not None and slot is not None and slot[0] == kind:
-            column = slot[1]
-            best = plan.held_best[column]
-            if plan.added:
-                best = np.max(np.append(plan.within()[plan.added, column], best))  # NaN stays NaN
-            if best < join_threshold(HASHED_SPACE) - plan.margin:  # False for NaN: then the exact lookup
+            # False for NaN (and for a margin made infinite by one): then the exact lookup decides.
+            if plan.best[slot[1]] < join_threshold(HASHED_SPACE) - plan.margin:
                 return None
         self.lookups += 1
         scores = rows.matrix @ vector
@@ -229,18 +231,20 @@ class _KindPlan:
     """One kind's scores in a planned batch (``_MeaningIndex.plan``)."""
 
     def __init__(self, held_best: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32], margin: float) -> None:
-        self.held_best = held_best  # per planned lesson, its best cosine with the lessons held before the batch
+        # Per planned lesson, its best cosine with the lessons held: those before the batch, then
+        # each planned one added since (``added``).  np.maximum keeps a NaN, which sends that
+        # lesson to the exact lookup.
+        self.best = held_best
         self.vectors = vectors
         self.margin = margin
-        self.added: list[int] = []  # columns of the planned lessons added since, in order
         self._within: npt.NDArray[np.float32] | None = None
 
-    def within(self) -> npt.NDArray[np.float32]:
-        """The planned lessons' cosines with each other: made when first needed, since a batch whose
-        lessons all join held ones (the common case once a memory is in step) adds none."""
-        if self._within is None:
+    def added(self, column: int) -> None:
+        """The planned lesson at ``column`` is held from now on: the next ones compare with it too."""
+        if self._within is None:  # the planned lessons' cosines with each other, made when first needed:
+            # a batch whose lessons all join held ones (the common case once memories are in step) adds none
             self._within = self.vectors @ self.vectors.T
-        return self._within
+        self.best = np.maximum(self.best, self._within[column])
 
 
 _NOTHING_MET: Final = lessons.Arrival(False, False, None, None)
