@@ -104,6 +104,7 @@ async def test_a_pipelined_pull_of_many_answers_leaves_what_an_unpipelined_one_d
     raws = source_records()
     fill(tmp_path / "source", raws)
     unpipelined_pull(tmp_path / "source", tmp_path / "one-by-one")
+    pinned: list[int] = []
 
     async def work(url: str) -> list[int]:
         me = Gossip(tmp_path / "pipelined", CONFIG, FixedClock(NOW), Identity.from_seed(PULLER_SEED),
@@ -117,6 +118,7 @@ async def test_a_pipelined_pull_of_many_answers_leaves_what_an_unpipelined_one_d
                 accepted.append(result.applied.accepted)
                 if result.in_sync:
                     break
+            pinned.append(me.replies_while_storing)
         finally:
             await me.aclose()
         return accepted
@@ -124,6 +126,8 @@ async def test_a_pipelined_pull_of_many_answers_leaves_what_an_unpipelined_one_d
     accepted = await serving(tmp_path / "source", work)
     # The first exchange was cut after MAX_CONTINUATIONS answers and the next ones resumed it.
     assert sum(accepted) < len(raws) and accepted[-1] == 0
+    # Some replies were handled while the answer before was still being stored (_handle_pinned).
+    assert pinned and pinned[0] > 0
     with open_store(tmp_path / "pipelined") as a, open_store(tmp_path / "one-by-one") as b:
         got, want = state(a), state(b)
         assert len(got[0]) == len(raws) and not got[3]
@@ -174,3 +178,56 @@ def test_a_request_built_ahead_of_a_refused_tail_holds_back_instead_of_blaming(t
             assert view.entry(origin) == ahead[origin]
         assert view.entry(origin) is not None and view.entry(origin)[0] == 3  # type: ignore[index]
 
+
+
+def test_a_pinned_view_reads_its_cache_while_another_thread_stores(tmp_path: Path) -> None:
+    import threading
+
+    key = nacl.signing.SigningKey(b"\x08" * 32)
+    raws = [lesson(key, s, f"the deploy fails on step {s}") for s in range(1, 7)]
+    with open_store(tmp_path / "m") as store, open_store(tmp_path / "m") as reader:
+        view = SqliteView(store, own_origin="f" * 16, config=CONFIG)
+        view.apply(raws[:2], source="test", now=NOW)
+        origin = next(iter(view.digest().keys()))
+        ahead = {origin: (4, record_digest(raws[3])[:8])}
+        stored: list[object] = []
+        with view.pinned(reader) as read, view.ahead(ahead):
+            # Another thread stores through the view's connection meanwhile: the cache is not touched.
+            worker = threading.Thread(target=lambda: stored.append(view.receive(raws[2:4], source="test", now=NOW)))
+            worker.start()
+            worker.join()
+            assert view.entry(origin) == ahead[origin]  # what the screen is shown: the records ahead as held
+            # What must be read of the store is read through the reader: what is committed, 1..4.
+            assert view.run(origin, 0, budget_bytes=10**6, max_records=100).records == raws[:4]
+            with pytest.raises(RuntimeError):  # nothing is applied from the thread that pinned it
+                view.receive(raws[4:], source="test", now=NOW)
+        assert read == {origin: ahead[origin]}
+        view.refresh(stored[0])  # type: ignore[arg-type]
+        assert view.entry(origin) == ahead[origin]  # what is stored now
+
+
+async def test_an_answer_screened_on_entries_that_did_not_hold_is_held_back(tmp_path: Path) -> None:
+    from neverest.gossip.core import ExchangeResult
+    from neverest.gossip.service import _Applying
+
+    key = nacl.signing.SigningKey(b"\x09" * 32)
+    raws = [lesson(key, s, f"the linter fails on rule {s}") for s in range(1, 5)]
+    me = Gossip(tmp_path / "m", CONFIG, FixedClock(NOW), Identity.from_seed(PULLER_SEED), random.Random(5))
+    try:
+        me._view.apply(raws[:2], source="test", now=NOW)
+        origin = next(iter(me._view.digest().keys()))
+        held = me._view.entry(origin)
+        result = ExchangeResult()
+        # Screened on what was stored: applied as screened.
+        right = _Applying(raws[2:], {origin: (4, record_digest(raws[3])[:8])}, read={origin: held})
+        assert me._confirmed(right, result) is right and result.held_back == 0
+        # Screened on a head the records before would have made, but they were not all stored: held back.
+        wrong = _Applying(raws[3:], {origin: (4, record_digest(raws[3])[:8])},
+                          read={origin: (3, record_digest(raws[2])[:8])})
+        assert me._confirmed(wrong, result).records == [] and result.held_back == 1
+        assert me.held_back_after_storing == 1
+        # Screened for real (not while storing): nothing to check.
+        plain = _Applying(raws[2:], {origin: (4, record_digest(raws[3])[:8])})
+        assert me._confirmed(plain, result) is plain
+    finally:
+        await me.aclose()

@@ -543,6 +543,24 @@ class Initiator:
         except ProtocolError:
             return False
 
+    def applies_at_once(self, reply: bytes) -> bool:
+        """Whether ``handle(reply)`` would apply records through the view (records in a reply the exchange
+        goes on from, or any records without ``defer``), rather than only read the view and leave the last
+        reply's records deferred.  (A pipelined pull handles the other replies while the records before are
+        still being stored, gossip/service.py.)  A reply that cannot be decoded here applies nothing."""
+        try:
+            envelope = decode(reply)
+            if envelope.type not in (MessageType.DIGEST, MessageType.RECON, MessageType.DELTA):
+                return False
+            body = decode_body(envelope.type, envelope.body)
+        except ProtocolError:
+            return False
+        if isinstance(body, DigestReply):
+            return bool(body.records)
+        if isinstance(body, Recon):
+            return bool(body.records) and (body.asks or not self._defer)
+        return isinstance(body, Delta) and bool(body.records) and not self._defer
+
     def fail(self, error: ProtocolError) -> None:
         """End the exchange because the transport failed (a timeout, an HTTP error without a reply)."""
         self._end(error)

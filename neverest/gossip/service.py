@@ -40,7 +40,7 @@ from neverest.config import Config, GossipSection
 from neverest.gossip import guard, http
 from neverest.gossip.codec import MAX_MESSAGE_BYTES, Entry, ProtocolError
 from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Responder, Settings
-from neverest.gossip.view import SqliteView
+from neverest.gossip.view import Received, SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
 from neverest.memory.receive import POLICY_REFUSALS, ReceiveResult
@@ -99,6 +99,12 @@ class Gossip:
         self._view = SqliteView(self._store, own_origin=self.identity.origin, config=self.config)
         self._responder = Responder(self._view, self.identity.signing_key, settings=self._settings)
         self._using_store = trio.Lock()
+        # The deferred records being stored in a worker thread (``_apply``), and the connection the
+        # exchange after them reads through meanwhile (``_handle_pinned``; opened at the first pull).
+        self._in_flight: _Applying | None = None
+        self._reader: Store | None = None
+        self.replies_while_storing = 0  # replies handled so (``_handle_pinned``); and answers then held back:
+        self.held_back_after_storing = 0  # their screen's assumptions did not hold (``_confirmed``)
         self._shared: list[tuple[str, str | None]] = []
         self._shared_at: float | None = None
         self._inbound_at: dict[str, float] = {}
@@ -132,7 +138,7 @@ class Gossip:
                 if self._http is not None:
                     await self._http.aclose()
             finally:
-                self._store.close()
+                self._close_stores()
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -151,7 +157,14 @@ class Gossip:
 
     def close(self) -> None:
         """Close the store only, for a caller outside the event loop; prefer ``aclose``."""
-        self._store.close()
+        self._close_stores()
+
+    def _close_stores(self) -> None:
+        try:
+            if self._reader is not None:
+                self._reader.close()
+        finally:
+            self._store.close()
 
     def _open(self) -> Store:
         """A connection of its own, for work in a worker thread."""
@@ -360,25 +373,32 @@ class Gossip:
 
         Pipelined: the records of an answer that ends an exchange (a cut delta) are applied in a
         worker thread while the next exchange is already asked for, on a view that shows them as
-        held (``SqliteView.ahead``); its answer is taken only once they are applied, in order.  So
-        the peer builds and sends answer k + 1 while answer k is verified and stored, and at most
-        two answers are held in memory."""
+        held (``SqliteView.ahead``), and its replies are handled meanwhile when they apply nothing at
+        once (``_handle_pinned``): answer k + 1 is asked for, built by the peer, sent and screened while
+        answer k is verified and stored, and applied only once answer k is, in order, and only if what
+        answer k left stored is what its screen assumed (else it is held back: fetched again by the next
+        exchange, never applied on a wrong assumption).  At most two answers are held in memory."""
         total: ExchangeResult | None = None
         failure: list[Exception] = []
         done: list[ReceiveResult] = []  # what the deferred applies did, added to the total at the end
         applying = _Applying()
         async with trio.open_nursery() as nursery:
             for _ in range(MAX_CONTINUATIONS):
-                initiator = await self._exchange_once(url, origin, applying, nursery, done, failure)
+                initiator, read = await self._exchange_once(url, origin, applying, nursery, done, failure)
                 result = initiator.result
                 origin = result.peer or origin
                 total = result if total is None else _merge(total, result)
                 applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer,
-                                     initiator.deferred_decoded) if initiator.deferred else _Applying()
+                                     initiator.deferred_decoded, read or None) \
+                    if initiator.deferred else _Applying()
                 if failure or result.error is not None or not result.more or result.is_self:
                     break
             if applying.records and not failure:
-                await self._apply(applying, done, failure)
+                assert total is not None
+                async with self._using_store:
+                    applying = self._confirmed(applying, total)
+                if applying.records:
+                    await self._apply(applying, done, failure)
         assert total is not None
         if failure:
             raise failure[0]
@@ -402,35 +422,79 @@ class Gossip:
         try:
             async with self._using_store:
                 task_status.started()
-                applied = await trio.to_thread.run_sync(self._claim_and_apply, applying, now)
-            done.append(applied)
+                self._in_flight = applying
+                try:
+                    received = await trio.to_thread.run_sync(self._claim_and_receive, applying, now)
+                finally:
+                    self._in_flight = None
+                # Here on the event loop, which is where the next exchange's replies are handled while
+                # the records are stored (``_handle_pinned``): the cached entries never change under it.
+                self._view.refresh(received)
+            done.append(received.result)
         except Exception as exc:  # re-raised by exchange once the nursery is done, not as a group
             failure.append(exc)
 
-    def _claim_and_apply(self, applying: _Applying, now: datetime) -> ReceiveResult:
+    def _claim_and_receive(self, applying: _Applying, now: datetime) -> Received:
         if applying.peer is not None and applying.url:
             # A peer added by its address alone is known by origin only once an exchange completes: its
             # first exchange's records would be screened as a stranger's (2 MB) and their origins declined.
             with self._store.write() as db:
                 table.claim_chosen(db, applying.url, applying.peer)
-        return self._view.apply(applying.records, source=applying.source, now=now, decoded=applying.decoded)
+        return self._view.receive(applying.records, source=applying.source, now=now, decoded=applying.decoded)
+
+    def _confirmed(self, applying: _Applying, result: ExchangeResult) -> _Applying:
+        """``applying`` if its records were screened on entries that are what is stored now (always, but
+        when they were screened while the records before them were still being stored and those did not
+        all go in: refused, evicted, or another writer in between); else nothing, its records counted as
+        held back in ``result``: the next exchange fetches them again from what is held.  Under the
+        store's turn."""
+        if applying.read is None or all(self._view.entry(o) == e for o, e in applying.read.items()):
+            return applying
+        log.info("%d record(s) from %s held back: those before them were not all stored", len(applying.records),
+                 applying.peer)
+        result.held_back += len(applying.records)
+        self.held_back_after_storing += 1
+        return _Applying()
+
+    def _handle_pinned(self, initiator: Initiator, reply: bytes, applying: _Applying,
+                       read: dict[str, Entry | None]) -> bytes | None:
+        """``initiator.handle(reply)`` while the records before (``applying``) are stored in a worker
+        thread through the view's connection: here on the event loop, without the store's turn, on the
+        cached entries with those records shown as held; what it must read of the store it reads through
+        a connection of its own.  ``read`` gathers the entries it was shown (``_confirmed`` checks them)."""
+        if self._reader is None:
+            self._reader = self._open()
+        self.replies_while_storing += 1
+        with self._view.pinned(self._reader) as seen, self._view.ahead(applying.ahead):
+            try:
+                return initiator.handle(reply)
+            finally:
+                for origin, entry in seen.items():
+                    read.setdefault(origin, entry)
 
     async def _exchange_once(self, url: str, origin: str | None, applying: _Applying, nursery: trio.Nursery,
-                             done: list[ReceiveResult], failure: list[Exception]) -> Initiator:
+                             done: list[ReceiveResult], failure: list[Exception]
+                             ) -> tuple[Initiator, dict[str, Entry | None]]:
+        """One exchange, and the entries shown to its replies handled while ``applying`` was being stored."""
         now_s = trio.current_time()
+        held_back = ExchangeResult()
 
-        def start() -> tuple[Initiator, bytes | None]:
+        def start() -> tuple[Initiator, bytes | None, _Applying]:
+            confirmed = self._confirmed(applying, held_back)
             initiator = Initiator(self._view, self.identity.signing_key, origin, now=self.clock.now(), rng=self.rng,
                                   settings=self._settings, share=self._share(now_s), listen_port=self.listen_port,
-                                  defer=True, assumed=applying.ahead or None)
-            with self._view.ahead(applying.ahead):
-                return initiator, initiator.start()
+                                  defer=True, assumed=confirmed.ahead or None)
+            initiator.result.held_back += held_back.held_back
+            with self._view.ahead(confirmed.ahead):
+                return initiator, initiator.start(), confirmed
 
-        initiator, request = await self._with_store_or_inline(lambda: self._cached(now_s), start)
+        initiator, request, applying = await self._with_store_or_inline(
+            lambda: applying.read is None and self._cached(now_s), start)
+        read: dict[str, Entry | None] = {}  # the entries shown to replies handled while the records are stored
         if applying.records:  # the previous answer's records, while this request is out
             await nursery.start(self._apply, applying, done, failure)
         if request is None:
-            return initiator
+            return initiator, read
         client = await self._client()
         from neverest import httpclient  # loaded with the client
 
@@ -449,12 +513,19 @@ class Gossip:
                                                  if not exc.oversize else exc.detail))
                     initiator.result.refused = "oversize" if exc.oversize else None
                 break
-            # An IN_SYNC reply only ends the exchange: handled here, without a worker thread.
-            request = await self._with_store_or_inline(functools.partial(initiator.reads_no_store, reply),
-                                                       initiator.handle, reply)
+            if self._in_flight is applying and applying.records and not initiator.applies_at_once(reply):
+                # This exchange's records before are still being stored: handled now all the same, on
+                # what they will leave (``_handle_pinned``), so that the records this reply brings are
+                # verified as soon as those are stored, not a round trip and a screen later.  (Another
+                # exchange's records in flight: this one waits for them, as it was built without them.)
+                request = self._handle_pinned(initiator, reply, applying, read)
+            else:
+                # An IN_SYNC reply only ends the exchange: handled here, without a worker thread.
+                request = await self._with_store_or_inline(functools.partial(initiator.reads_no_store, reply),
+                                                           initiator.handle, reply)
             if failure:  # applying the previous answer failed: stop here, exchange raises it
                 break
-        return initiator
+        return initiator, read
 
     def _batched(self, url: str, result: ExchangeResult) -> bool:
         """Whether the result only confirms what the peer table says (a success with the same
@@ -561,6 +632,9 @@ class _Applying:
     url: str = ""  # where they came from
     peer: str | None = None  # the origin that answered from there, proven by its signature
     decoded: list[Any] = field(default_factory=list)  # json.loads of each record, as the screen read it
+    # The entries their screen was shown, when it ran while the records before were still being
+    # stored (``Gossip._handle_pinned``): applied only if these are what is stored once those are.
+    read: dict[str, Entry | None] | None = None
 
 
 def _remember(memo: dict[str, V], key: str, value: V) -> None:

@@ -17,6 +17,13 @@
   applied (a pipelined pull, gossip/service.py, builds its next request in it), taken back after.
 - ``apply``: the one receive function (``Receiver``), one per call, so that a batch of
   records from a peer commits in the receiver's batches and is counted under its source.
+  ``receive`` then ``refresh`` is the same in two steps: a pipelined pull (gossip/service.py)
+  receives in a worker thread and refreshes the cached entries on the event loop afterwards.
+- ``pinned``: a context in which the cached entries are read as they are, without asking the
+  database whether they are current, and ``run``/``known_at`` read through another connection:
+  the next exchange of a pipelined pull is handled in it while ``receive`` stores through this
+  view's connection in a worker thread.  It records the entries it was asked for, so the caller
+  can check afterwards that what was stored is what they assumed.
 
 The incremental path relies on the receive function changing ``records``, ``forks`` and
 ``declined`` only for the origins of the records it is given and those its budget gate
@@ -26,10 +33,11 @@ this view's connection otherwise must call ``invalidate``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from neverest.config import Config
 from neverest.gossip.codec import HASH_BYTES, Digest, Entry
@@ -41,6 +49,15 @@ from neverest.memory.receive import Receiver, ReceiveResult
 from neverest.memory.store import Store
 
 
+class Received(NamedTuple):
+    """What ``receive`` did, and what ``refresh`` needs to bring the cached entries up to date."""
+
+    result: ReceiveResult
+    origins: frozenset[str]  # whose entries it may have changed (records stored, the budget's evictions...)
+    before: tuple[int, int] | None  # data_version before and after it: did anything else commit meanwhile?
+    after: tuple[int, int] | None
+
+
 class SqliteView:
     def __init__(self, store: Store, *, own_origin: str, config: Config) -> None:
         self.store, self.own_origin, self.config = store, own_origin, config
@@ -48,6 +65,9 @@ class SqliteView:
         self._index = RangeIndex()
         self._digest: Digest | None = None  # made from _entries when revision 1 asks for it
         self._version: tuple[int, int] | None = None
+        # Inside ``pinned``: the thread that pinned, and the connection run and known_at read through in it.
+        self._pinned: tuple[int, Store] | None = None
+        self._read: dict[str, Entry | None] = {}  # inside ``pinned``: the entries asked for
 
     def invalidate(self) -> None:
         """Forget the cached entries: the next read rebuilds them from the database."""
@@ -61,6 +81,8 @@ class SqliteView:
         return self._version is not None and self.store.data_version() == self._version
 
     def _current(self) -> None:
+        if self._pinned_here() is not None:  # this view's connection is another thread's meanwhile
+            return
         version = self.store.data_version()
         if version == self._version:
             return
@@ -91,7 +113,10 @@ class SqliteView:
 
     def entry(self, origin: str) -> Entry | None:
         self._current()
-        return self._entries.get(origin)
+        entry = self._entries.get(origin)
+        if self._pinned_here() is not None:
+            self._read.setdefault(origin, entry)
+        return entry
 
     def index(self) -> RangeIndex:
         self._current()
@@ -119,7 +144,7 @@ class SqliteView:
         try:
             yield
         finally:
-            if self.store.data_version() != version:  # rebuilt or changed meanwhile: read it again
+            if self._pinned_here() is None and self.store.data_version() != version:  # rebuilt or changed: reread
                 self._version = None
             else:
                 for origin, held in saved.items():
@@ -131,12 +156,38 @@ class SqliteView:
                 if saved:
                     self._digest = None
 
+    @contextmanager
+    def pinned(self, reader: Store) -> Iterator[dict[str, Entry | None]]:
+        """The cached entries as they are, for the calls made inside, while another thread stores through
+        this view's connection (``receive``); ``run`` and ``known_at`` read through ``reader``, a connection
+        of their own (WAL: what is committed).  Yields the entries asked for inside, as they were shown,
+        filled in as they are asked.  Nothing may be applied through this view inside, and ``refresh``
+        must not run meanwhile: the caller keeps the two apart (gossip/service.py runs both on the event
+        loop)."""
+        if self._pinned is not None:
+            raise RuntimeError("already pinned")
+        self._pinned, self._read = (threading.get_ident(), reader), {}
+        try:
+            yield self._read
+        finally:
+            self._pinned = None
+
+    def _pinned_here(self) -> Store | None:
+        """The reader connection when this thread pinned the view (``pinned``); None elsewhere: the
+        thread that stores meanwhile (``receive``) uses the view as ever."""
+        pinned = self._pinned
+        return pinned[1] if pinned is not None and pinned[0] == threading.get_ident() else None
+
+    def _reader(self) -> Store:
+        reader = self._pinned_here()
+        return reader if reader is not None else self.store
+
     def known_at(self, origin: str, seq: int) -> list[bytes]:
-        return holdings.known_at(self.store.db, origin, seq)
+        return holdings.known_at(self._reader().db, origin, seq)
 
     def run(self, origin: str, after: int, *, budget_bytes: int, max_records: int) -> Run:
         out: list[bytes] = []
-        rows = holdings.run_after(self.store.db, origin, after)
+        rows = holdings.run_after(self._reader().db, origin, after)
         try:
             for seq, raw in rows:
                 if seq != after + len(out) + 1:
@@ -151,20 +202,35 @@ class SqliteView:
 
     def apply(self, records: Sequence[bytes], *, source: str, now: datetime,
               decoded: Sequence[Any] | None = None) -> ReceiveResult:
+        received = self.receive(records, source=source, now=now, decoded=decoded)
+        self.refresh(received)
+        return received.result
+
+    def receive(self, records: Sequence[bytes], *, source: str, now: datetime,
+                decoded: Sequence[Any] | None = None) -> Received:
+        """``apply`` without bringing the cached entries up to date (``refresh`` does): it touches only
+        the database, so the cache may be read meanwhile, inside ``pinned``."""
+        if self._pinned_here() is not None:
+            raise RuntimeError("records applied through a view pinned by this thread")
         if not records:
-            return ReceiveResult()
+            return Received(ReceiveResult(), frozenset(), None, None)
         before = self.store.data_version()
         with Receiver(self.store, own_origin=self.own_origin, config=self.config, now=now) as receiver:
             result = receiver.receive(records, source=source, decoded=decoded)
-        after = self.store.data_version()
+        return Received(result, frozenset(receiver.origins | receiver.gate.touched), before, self.store.data_version())
+
+    def refresh(self, received: Received) -> None:
+        """Bring the cached entries up to date after ``receive``."""
+        before, after = received.before, received.after
+        if before is None or after is None:
+            return
         # PRAGMA data_version (the first half) moves only when another connection commits: if it
         # did not, the only change since the cache was current is the records just applied, and
         # the origins the storage budget evicted or declined (admission.py).
         if before == self._version and after[0] == before[0]:
-            for origin in receiver.origins | receiver.gate.touched:
+            for origin in received.origins:
                 self._reread(origin)
             self._version = after
-        return result
 
     def _reread(self, origin: str) -> None:
         db = self.store.db
