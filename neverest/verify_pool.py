@@ -239,6 +239,15 @@ class VerifyPool:
     def submit(self, job: str, *args: Any) -> Job:
         """Hand ``JOBS[job](*args)`` to the least busy worker, waiting while every worker holds
         ``PIPELINE`` requests.  ``args`` are msgpack data (bytes, str, numbers, lists...)."""
+        submitted = self._submit(job, args, wait=True)
+        assert submitted is not None
+        return submitted
+
+    def try_submit(self, job: str, *args: Any) -> Job | None:
+        """``submit`` if a worker holds fewer than ``PIPELINE`` requests now; else None, at once."""
+        return self._submit(job, args, wait=False)
+
+    def _submit(self, job: str, args: tuple[Any, ...], *, wait: bool) -> Job | None:
         if job not in JOBS:
             raise ValueError(f"no job {job!r}")
         request = msgpack.packb([job, list(args)], use_bin_type=True)
@@ -255,6 +264,8 @@ class VerifyPool:
                 worker = min(self._workers, key=lambda w: w.load)
                 if worker.load < PIPELINE:
                     break
+                if not wait:
+                    return None
                 self._lock.wait()
             worker.load += 1
             try:

@@ -43,7 +43,7 @@ from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Resp
 from neverest.gossip.view import Received, SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.receive import POLICY_REFUSALS, ReceiveResult
+from neverest.memory.receive import POLICY_REFUSALS, Lookahead, ReceiveResult
 from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
 
@@ -103,6 +103,9 @@ class Gossip:
         # exchange after them reads through meanwhile (``_handle_pinned``; opened at the first pull).
         self._in_flight: _Applying | None = None
         self._reader: Store | None = None
+        # The records after the ones in flight, once screened: verified ahead by the verifying processes
+        # while the last batches of those in flight are stored (receive.Lookahead).
+        self._next: Lookahead | None = None
         self.replies_while_storing = 0  # replies handled so (``_handle_pinned``); and answers then held back:
         self.held_back_after_storing = 0  # their screen's assumptions did not hold (``_confirmed``)
         self._shared: list[tuple[str, str | None]] = []
@@ -389,7 +392,7 @@ class Gossip:
                 origin = result.peer or origin
                 total = result if total is None else _merge(total, result)
                 applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer,
-                                     initiator.deferred_decoded, read or None) \
+                                     initiator.deferred_decoded, read or None, self._ahead(initiator.deferred)) \
                     if initiator.deferred else _Applying()
                 if failure or result.error is not None or not result.more or result.is_self:
                     break
@@ -422,11 +425,11 @@ class Gossip:
         try:
             async with self._using_store:
                 task_status.started()
-                self._in_flight = applying
+                self._in_flight, self._next = applying, None
                 try:
                     received = await trio.to_thread.run_sync(self._claim_and_receive, applying, now)
                 finally:
-                    self._in_flight = None
+                    self._in_flight = self._next = None
                 # Here on the event loop, which is where the next exchange's replies are handled while
                 # the records are stored (``_handle_pinned``): the cached entries never change under it.
                 self._view.refresh(received)
@@ -440,7 +443,16 @@ class Gossip:
             # first exchange's records would be screened as a stranger's (2 MB) and their origins declined.
             with self._store.write() as db:
                 table.claim_chosen(db, applying.url, applying.peer)
-        return self._view.receive(applying.records, source=applying.source, now=now, decoded=applying.decoded)
+        return self._view.receive(applying.records, source=applying.source, now=now, decoded=applying.decoded,
+                                  verified_ahead=applying.verified, lookahead=lambda: self._next)
+
+    def _ahead(self, records: list[bytes]) -> Lookahead | None:
+        """The next records to apply, to be verified ahead while the ones in flight are stored (when
+        the verifying processes are used, and records are in flight)."""
+        if self._in_flight is None or self.config.verify_processes == 0:
+            return None
+        self._next = Lookahead(records)
+        return self._next
 
     def _confirmed(self, applying: _Applying, result: ExchangeResult) -> _Applying:
         """``applying`` if its records were screened on entries that are what is stored now (always, but
@@ -635,6 +647,7 @@ class _Applying:
     # The entries their screen was shown, when it ran while the records before were still being
     # stored (``Gossip._handle_pinned``): applied only if these are what is stored once those are.
     read: dict[str, Entry | None] | None = None
+    verified: Lookahead | None = None  # some of them verified ahead (receive.Lookahead)
 
 
 def _remember(memo: dict[str, V], key: str, value: V) -> None:

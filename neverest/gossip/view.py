@@ -34,7 +34,7 @@ this view's connection otherwise must call ``invalidate``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -45,7 +45,7 @@ from neverest.gossip.core import Run, record_cost, record_digest, seq_hash
 from neverest.gossip.ranges import RangeIndex
 from neverest.memory import holdings
 from neverest.memory.queries import budget
-from neverest.memory.receive import Receiver, ReceiveResult
+from neverest.memory.receive import Lookahead, Receiver, ReceiveResult
 from neverest.memory.store import Store
 
 
@@ -207,16 +207,19 @@ class SqliteView:
         return received.result
 
     def receive(self, records: Sequence[bytes], *, source: str, now: datetime,
-                decoded: Sequence[Any] | None = None) -> Received:
+                decoded: Sequence[Any] | None = None, verified_ahead: Lookahead | None = None,
+                lookahead: Callable[[], Lookahead | None] | None = None) -> Received:
         """``apply`` without bringing the cached entries up to date (``refresh`` does): it touches only
-        the database, so the cache may be read meanwhile, inside ``pinned``."""
+        the database, so the cache may be read meanwhile, inside ``pinned``.  ``verified_ahead`` and
+        ``lookahead``: the records verified ahead, and where the next ones are (receive.Lookahead)."""
         if self._pinned_here() is not None:
             raise RuntimeError("records applied through a view pinned by this thread")
         if not records:
             return Received(ReceiveResult(), frozenset(), None, None)
         before = self.store.data_version()
-        with Receiver(self.store, own_origin=self.own_origin, config=self.config, now=now) as receiver:
-            result = receiver.receive(records, source=source, decoded=decoded)
+        with Receiver(self.store, own_origin=self.own_origin, config=self.config, now=now,
+                      lookahead=lookahead) as receiver:
+            result = receiver.receive(records, source=source, decoded=decoded, verified_ahead=verified_ahead)
         return Received(result, frozenset(receiver.origins | receiver.gate.touched), before, self.store.data_version())
 
     def refresh(self, received: Received) -> None:

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import collections
 import sqlite3
+import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
@@ -340,6 +341,43 @@ class _Pending(NamedTuple):
     digest: str | None
 
 
+class Lookahead:
+    """The lines of the next ``receive``, verified ahead by the verifying processes while the receiver
+    before it stores its last batches (``Receiver(..., lookahead=...)``), so that they do not wait idle
+    through them.  Verifying a line has one outcome whatever the store holds, so this changes no
+    decision: the next receiver still skips, refuses unverified and verifies exactly the lines it would
+    have (``Receiver.receive``'s ``verified_ahead``) and takes a job from here only for a batch of lines
+    that it would have sent as they are; any other job's answer is dropped."""
+
+    def __init__(self, lines: Sequence[bytes]) -> None:
+        self._lines = lines
+        self._lock = threading.Lock()
+        self._jobs: dict[int, tuple[list[bytes | None], Job]] = {}  # by the index of the batch's first line
+        self._next = 0  # the first line not sent yet
+
+    def send(self, pool: VerifyPool, *, most: int, min_lines: int) -> None:
+        """Send the next batches while a worker has room (never waiting), up to ``most`` batches out."""
+        with self._lock:
+            while len(self._jobs) < most and self._next < len(self._lines):
+                part: list[bytes | None] = list(self._lines[self._next:self._next + _VERIFY_BATCH])
+                if len(part) < min_lines:
+                    return
+                job = pool.try_submit("receive-batch", part)
+                if job is None:
+                    return
+                self._jobs[self._next] = (part, job)
+                self._next += len(part)
+
+    def take(self, start: int, lines: list[bytes | None]) -> Job | None:
+        """The job verifying ``lines`` if it was sent as they are from ``start`` on; else None."""
+        with self._lock:
+            sent = self._jobs.get(start)
+            if sent is None or sent[0] != lines:
+                return None
+            del self._jobs[start]
+            return sent[1]
+
+
 class Receiver:
     """Receives records from any number of sources, committing in batches that span them.
 
@@ -355,8 +393,12 @@ class Receiver:
     """
 
     def __init__(self, store: Store, *, own_origin: str, config: Config, now: datetime,
-                 pool: VerifyPool | Literal["shared"] | None = "shared", pool_min_lines: int = POOL_MIN_LINES) -> None:
+                 pool: VerifyPool | Literal["shared"] | None = "shared", pool_min_lines: int = POOL_MIN_LINES,
+                 lookahead: Callable[[], Lookahead | None] | None = None) -> None:
+        """``lookahead``: where to find the lines of the receive after this one, if they are known by the
+        time this one has sent all of its own to the verifying processes (``Lookahead``)."""
         self.store, self.own_origin, self.config, self.now = store, own_origin, config, now
+        self._lookahead = lookahead
         self._index = _MeaningIndex(store.db)
         self._pending: list[_Pending] = []
         if pool == "shared":
@@ -377,11 +419,11 @@ class Receiver:
         self._early: Counter[str] = Counter()  # those refusals by source, until the next batch is written
 
     def receive(self, lines: Iterable[bytes | str | None], *, source: str,
-                decoded: Sequence[Any] | None = None) -> ReceiveResult:
+                decoded: Sequence[Any] | None = None, verified_ahead: Lookahead | None = None) -> ReceiveResult:
         """Verify and queue ``lines`` from ``source``; the result fills in as batches commit
         (all of it once the receiver is closed).  ``decoded``: ``json.loads`` of each line, when
         the caller read them already (gossip's screen does): a line a worker verified is then
-        not read again here."""
+        not read again here.  ``verified_ahead``: these lines, partly verified ahead (``Lookahead``)."""
         result = ReceiveResult()
         for start, chunk in _chunks(lines, _VERIFY_BATCH):
             objs = None if decoded is None else list(decoded[start:start + len(chunk)])
@@ -390,7 +432,9 @@ class Receiver:
                 continue
             job = None
             if self._pool is not None and len(fresh) >= self._pool_min_lines:
-                job = self._pool.submit("receive-batch", fresh)
+                job = verified_ahead.take(start, fresh) if verified_ahead is not None else None
+                if job is None:
+                    job = self._pool.submit("receive-batch", fresh)
             self._out.append(_Batch(source, result, fresh, digests, objs, job))
             while len(self._out) > self._most_out:
                 self._take()
@@ -461,10 +505,19 @@ class Receiver:
             self._store()
 
     def flush(self) -> None:
-        """Verify and store everything received so far."""
+        """Verify and store everything received so far.  Each batch taken back frees room in the
+        verifying processes: the next receive's lines (``lookahead``) take it, so the processes work
+        through the batches stored last instead of waiting for the next receive to start."""
         while self._out:
+            self._send_ahead()
             self._take()
+        self._send_ahead()
         self._store()
+
+    def _send_ahead(self) -> None:
+        ahead = self._lookahead() if self._lookahead is not None else None
+        if ahead is not None and self._pool is not None:
+            ahead.send(self._pool, most=self._most_out, min_lines=self._pool_min_lines)
 
     def _store(self) -> None:
         """Store the verified batch: the one place where verified records go into the store.  The
