@@ -161,6 +161,10 @@ class _MeaningIndex:
     # of norm at most 1 over 256 dimensions they differ by at most about 3e-5 (twice the
     # rounding bound 256 × 2^-24), so 1e-3 leaves a wide margin (scaled for longer rows).
     _MARGIN: Final = 1e-3
+    # A kind with fewer lessons held than this is looked up record by record: its product is cheaper
+    # than the plan's bookkeeping (about 1 µs a record), the common case of memories in step, where
+    # what arrives corroborates a few lessons.
+    _PLAN_MIN_ROWS: Final = 64
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._rows: dict[str, VectorRows] = {}
@@ -173,6 +177,10 @@ class _MeaningIndex:
             matrix = stack([r[2] for r in rows], DIM)
             for (lesson_id, kind, _), vector in zip(rows, matrix, strict=True):
                 self.add(kind, lesson_id, vector)
+
+    def held(self) -> int:
+        """Lessons held, of every kind."""
+        return sum(len(rows) for rows in self._rows.values())
 
     def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None) -> None:
         """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``)."""
@@ -199,13 +207,15 @@ class _MeaningIndex:
         for key, kind, vector in batch:
             by_kind.setdefault(kind, []).append((key, vector))
         for kind, items in by_kind.items():
-            vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
             rows = self._rows.get(kind)
-            held = rows.matrix if rows is not None else np.zeros((0, DIM), np.float32)
+            if rows is None or len(rows) < self._PLAN_MIN_ROWS:
+                continue
+            vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
+            held = rows.matrix
             norms = np.sqrt((vectors * vectors).sum(axis=1))
             longest = max(1.0, float(np.max(norms)) if not np.isnan(norms).any() else np.inf,
                           self._longest.get(kind, 0.0))
-            best = (held @ vectors.T).max(axis=0) if len(held) else np.full(len(items), -np.inf, np.float32)
+            best = (held @ vectors.T).max(axis=0)
             self._plans[kind] = _KindPlan(best, vectors, self._MARGIN * longest * longest)
             for column, (key, _) in enumerate(items):
                 self._slots[key] = (kind, column)
@@ -389,7 +399,8 @@ class Receiver:
     worker process (``verify_pool``), which also embeds its lessons' sentences, while this
     process stores the batch before it; smaller ones are verified here.  Batches are taken
     back in order, so the merge rule sees the records exactly in the order received.  At most
-    ``2 × processes`` batches are out at once, so memory stays bounded.
+    ``2 × processes`` batches are out at once, so memory stays bounded (and as many of the next
+    receive's, ``Lookahead``, while the last ones are stored: lines its caller holds already).
     """
 
     def __init__(self, store: Store, *, own_origin: str, config: Config, now: datetime,
