@@ -468,14 +468,24 @@ class Gossip:
         self.held_back_after_storing += 1
         return _Applying()
 
+    def _reading(self) -> bool:
+        """Whether the connection ``_handle_pinned`` reads the store through is open (opened here the
+        first time; if it cannot be, replies wait for the store's turn as before)."""
+        if self._reader is None:
+            try:
+                self._reader = self._open()
+            except StoreError as exc:
+                log.warning("gossip: no second store connection, replies wait for the records before: %s", exc)
+                return False
+        return True
+
     def _handle_pinned(self, initiator: Initiator, reply: bytes, applying: _Applying,
                        read: dict[str, Entry | None]) -> bytes | None:
         """``initiator.handle(reply)`` while the records before (``applying``) are stored in a worker
         thread through the view's connection: here on the event loop, without the store's turn, on the
         cached entries with those records shown as held; what it must read of the store it reads through
         a connection of its own.  ``read`` gathers the entries it was shown (``_confirmed`` checks them)."""
-        if self._reader is None:
-            self._reader = self._open()
+        assert self._reader is not None
         self.replies_while_storing += 1
         with self._view.pinned(self._reader) as seen, self._view.ahead(applying.ahead):
             try:
@@ -525,7 +535,8 @@ class Gossip:
                                                  if not exc.oversize else exc.detail))
                     initiator.result.refused = "oversize" if exc.oversize else None
                 break
-            if self._in_flight is applying and applying.records and not initiator.applies_at_once(reply):
+            if self._in_flight is applying and applying.records and not initiator.applies_at_once(reply) \
+                    and self._reading():
                 # This exchange's records before are still being stored: handled now all the same, on
                 # what they will leave (``_handle_pinned``), so that the records this reply brings are
                 # verified as soon as those are stored, not a round trip and a screen later.  (Another
