@@ -154,3 +154,40 @@ def test_a_pull_of_distinct_lessons_makes_each_a_candidate(tmp_path: Path) -> No
     assert made == {lesson_hash("error", text) for text, d in zip(texts, reference, strict=True) if d is None}
     assert result.accepted == 601 and result.candidates == len(made) and result.corroborated == 0
     assert reference[-1] is not None and len(made) > 590  # the last joined lesson 3; nearly all are new
+
+
+def test_lines_verified_ahead_are_taken_only_as_they_would_have_been_sent(tmp_path: Path) -> None:
+    from neverest.memory.receive import Lookahead, Receiver
+    from neverest.verify_pool import VerifyPool
+
+    key = nacl.signing.SigningKey(b"\x06" * 32)
+    rng = random.Random(6)
+    lines = [sign_lesson(key, kind="error", seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z", seq=k + 1,
+                         text=" ".join("".join(rng.choices(string.ascii_lowercase, k=7)) for _ in range(4))).raw
+             for k in range(300)]
+    now = datetime(2026, 4, 1, 12, tzinfo=UTC)
+    pool = VerifyPool(2)  # room for the three batches at once (two requests a process)
+    try:
+        stores = {name: open_store(tmp_path / name) for name in ("plain", "ahead")}
+        for store in stores.values():  # one line of the second batch held already: that batch is sent without it
+            receive(store, [lines[130]], source="test", own_origin="f" * 16, config=Config(verify_processes=0),
+                    now=now)
+        ahead = Lookahead(lines)
+        ahead.send(pool, most=8, min_lines=32)
+        ahead.send(pool, most=8, min_lines=32)  # nothing left to send: no batch twice
+        results = {}
+        for name, store in stores.items():
+            with Receiver(store, own_origin="f" * 16, config=Config(), now=now, pool=pool) as receiver:
+                results[name] = receiver.receive(lines, source="test",
+                                                 verified_ahead=ahead if name == "ahead" else None)
+        # The first and third batches were taken from the lookahead; the second (a line held) was sent again.
+        assert ahead.take(0, lines[:128]) is None and ahead.take(256, lines[256:]) is None
+        assert ahead.take(128, lines[128:256]) is not None
+        assert results["ahead"].to_json() == results["plain"].to_json()
+        assert results["ahead"].accepted == 299 and results["ahead"].duplicates == 1
+        tables = [[store.db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("records", "lessons")]
+                  for store in stores.values()]
+        strip = [[[row[:7] for row in rows] for rows in t] for t in tables]  # ids, hashes, texts, origins...
+        assert strip[0] == strip[1]
+    finally:
+        pool.close()
