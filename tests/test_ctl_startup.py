@@ -163,6 +163,7 @@ def test_read_commands_print_the_same_with_a_daemon_and_load_no_memory(daemon_ho
     # no crypto (the public key is read from the store) and none of the safety rule's or project logs' modules.
     assert not _loaded(["status"], env) & {*PASSES, *LEAN}
     assert not _loaded(["lessons"], env) & {*PASSES, *LEAN, "neverest.memory.publish"}
+    assert not _loaded(["recall", "make run"], env) & {*PASSES, *LEAN}  # the hashed space without numpy
     shutil.copytree(home, home.parent / "copy")
     alone = [_out(argv, env | {"NEVEREST_HOME": str(home.parent / "copy")}) for argv in asked]
     assert alone[0][1].startswith("hash") and "make run" in alone[3][1]

@@ -369,7 +369,10 @@ class Memory:
     def recall(self, query: str, k: int = 5) -> list[Hit]:
         from neverest.memory.recall import recall
 
-        return recall(self.store, query, now=self.clock.now(), embedder=self.embedder, k=k)
+        # Without a model configured (nor an embedder kept by the daemon), recall ranks in the hashed space
+        # without loading the embedders or numpy (memory/hashed.py).
+        hashed_only = self.embedder_ is None and not (self.config.embed_url or self.config.embed_model)
+        return recall(self.store, query, now=self.clock.now(), embedder=None if hashed_only else self.embedder, k=k)
 
     def lessons(self, *, kind: str | None = None, include_archived: bool = False,
                 ids: Collection[int] | None = None) -> list[views.LessonView]:
