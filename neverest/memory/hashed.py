@@ -24,7 +24,6 @@ import math
 import re
 import struct
 import sys
-import unicodedata
 from array import array
 from collections.abc import Sequence
 from itertools import pairwise
@@ -62,7 +61,10 @@ def words(text: str) -> list[str]:
     if text.isascii():  # the common case, where the three steps below are just lower()
         return _WORD.findall(text.lower())
     # NFKC makes the composed and decomposed forms of a letter one (macOS writes file names
-    # decomposed); casefold is the Unicode way to ignore case ("Straße" = "STRASSE").
+    # decomposed); casefold is the Unicode way to ignore case ("Straße" = "STRASSE").  Imported here:
+    # the hook, which runs before every tool call, rarely meets a text that is not ASCII.
+    import unicodedata
+
     return _WORD.findall(unicodedata.normalize("NFKC", text).translate(_FOLD).casefold())
 
 
