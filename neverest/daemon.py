@@ -97,7 +97,10 @@ async def run(home: Path, config: Config, clock: Clock, identity: Identity, *, l
             await nursery.start(serve_settle, state)
             await nursery.start(serve_inbox, state)
             discovery = config.sections.discovery
-            if config.sections.agents.ingest_every_s > 0:
+            # With no agent wired a pass reads nothing (consent: agents/doors.py), and the daemon reads its
+            # config once: no periodic pass then, nor the session readers it would load (docs/figures.md).
+            # The night's own pass still runs and reports the agents not wired.
+            if config.sections.agents.ingest_every_s > 0 and config.sections.agents.wired:
                 await nursery.start(serve_ingest, state)
             await nursery.start(serve_nightly, state, gossip.round_quietly)
             if config.sections.proxy.listen:

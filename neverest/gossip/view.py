@@ -37,7 +37,7 @@ from neverest.gossip.core import Run, record_cost, record_digest, seq_hash
 from neverest.gossip.ranges import RangeIndex
 from neverest.memory import holdings
 from neverest.memory.queries import budget
-from neverest.memory.receive import Receiver, ReceiveResult
+from neverest.memory.received import ReceiveResult
 from neverest.memory.store import Store
 
 
@@ -153,6 +153,9 @@ class SqliteView:
               decoded: Sequence[Any] | None = None) -> ReceiveResult:
         if not records:
             return ReceiveResult()
+        # The receive path is loaded by the first records applied: an idle daemon applies none.
+        from neverest.memory.receive import Receiver
+
         before = self.store.data_version()
         with Receiver(self.store, own_origin=self.own_origin, config=self.config, now=now) as receiver:
             result = receiver.receive(records, source=source, decoded=decoded)
