@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -79,11 +80,10 @@ class ControlOps:
         except peer_table.PeerError as exc:  # what the owner asked cannot be done as asked
             raise BadRequest(str(exc)) from None
         except Exception as exc:
-            # An OwnerError is raised by a memory-service job, so its module is loaded by then: the import
-            # costs nothing here, and a daemon that ran no job does not load it for this clause.
-            from neverest.memory.service import OwnerError
-
-            if isinstance(exc, OwnerError):  # what the owner asked cannot be done as asked
+            # An OwnerError is raised by a memory-service job, so its module is loaded by then; while it is
+            # not, nothing raised can be one (and a bad request does not load it).
+            service = sys.modules.get("neverest.memory.service")
+            if service is not None and isinstance(exc, service.OwnerError):  # cannot be done as asked
                 raise BadRequest(str(exc)) from None
             raise
         return result
