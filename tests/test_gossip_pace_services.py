@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
 from neverest import daemon
 from neverest.clock import FixedClock
 from neverest.config import Config
+from neverest.control import BadRequest
 from neverest.gossip.loopback import AppNetwork
 from neverest.identity import load_or_create
 from neverest.memory.store import open_store
@@ -193,3 +195,14 @@ async def test_records_new_here_are_passed_on_by_the_next_round_soon_not_a_perio
         # B passed it on in a round of its own at once (its last began more than a quarter period before),
         # not at its next scheduled round, a period after its last.
         assert min(t for t in b.rounds() if t >= pushed) == pushed
+
+
+async def test_an_owner_error_raised_by_a_job_is_answered_as_a_bad_request(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    # services/control.py names OwnerError only once a job has raised one (the memory service is loaded by
+    # the worker's first job, not by an idle daemon): the owner still gets a refusal, not an internal error.
+    async with line_of_three(tmp_path, mock_clock) as (a, _b, _c):
+        with pytest.raises(BadRequest, match="is not a lesson of this memory"):
+            await a.ask("revoke", hash="0" * 32)
+        with pytest.raises(BadRequest, match="is this memory's own origin"):
+            await a.ask("trust", action="add", origin=a.state.identity.origin)

@@ -43,7 +43,7 @@ from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Resp
 from neverest.gossip.view import SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.receive import POLICY_REFUSALS, ReceiveResult
+from neverest.memory.received import POLICY_REFUSALS, ReceiveResult
 from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
 
