@@ -18,7 +18,6 @@ Standard library only, so that the hook, which must not load trio, uses this sam
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any, Final
 
@@ -54,6 +53,11 @@ def ask(home: Path, request: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEO
     (the request is at fault) or ``DaemonFailed`` (the daemon failed or did not answer).
     """
     path = home / SOCKET_FILE
+    if not path.exists():
+        # No socket file, no daemon: said without importing socket (2 ms of a read command without one).
+        raise DaemonNotRunning(f"no daemon is running for {home}")
+    import socket
+
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)

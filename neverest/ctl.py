@@ -130,6 +130,37 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 SubParsers = argparse._SubParsersAction  # argparse's type for add_subparsers()
 
+
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``, by the same rule ($COLUMNS, else standard output's
+    terminal, else 80), without importing shutil: argparse makes a formatter for every argument added,
+    and its own default width imports shutil with zlib, bz2 and lzma, 2 ms of every command line."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _terminal_columns() - 2 if width is None else width)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with ``_Formatter``; its sub-commands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
 # Choices the grammar spells here rather than importing them from where they are defined: those
 # modules load the store, the crypto or the hook, and `--help` must start without them.  A test
 # (tests/test_ctl_startup.py) holds each equal to its source.
@@ -172,14 +203,14 @@ _UNBUILT = _Unbuilt()
 
 
 def _top_parser() -> tuple[argparse.ArgumentParser, SubParsers[argparse.ArgumentParser], argparse.ArgumentParser]:
-    parser = argparse.ArgumentParser(prog="neverestctl", description="Manage a Neverest memory.")
+    parser: argparse.ArgumentParser = _Parser(prog="neverestctl", description="Manage a Neverest memory.")
     parser.add_argument("--version", action="version", version=f"neverest {__version__}")
     home_help = "the memory's home folder (default: $NEVEREST_HOME, else ~/.neverest)"
     parser.add_argument("--home", help=home_help)
     # --home is accepted after the command too (`neverestctl status --home DIR`); there it wins.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--home", default=argparse.SUPPRESS, help=home_help)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub: SubParsers[argparse.ArgumentParser] = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     return parser, sub, common
 
 

@@ -45,12 +45,21 @@ import ipaddress
 import logging
 import os
 import ssl
+import sys
 import time
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-import httpx
+# `import httpx` also imports httpx's own command line (httpx._main: click, rich and pygments) wherever
+# those happen to be installed, as they are beside pytest and the MCP SDK: about 2.8 MB resident in a
+# daemon that has gossiped, for a program no Neverest process runs (the `httpx` script is a process of its
+# own).  Marked absent before httpx loads, httpx takes its documented fallback (a `main` that says how to
+# install the CLI); nothing else of httpx imports it.  No effect once httpx is loaded.
+if "httpx" not in sys.modules:
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable", by design
+
+import httpx  # after the lines above, on purpose
 import trio
 
 # httpx logs every request at INFO ("HTTP Request: POST ... 200 OK"): one line per gossip

@@ -14,13 +14,12 @@ reads the memory gives the public key its store already holds for this seed (``w
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from neverest.hashes import blake2b
 from neverest.paths import KEY_FILE, ensure_home
 from neverest.records import origin_of
 
@@ -32,12 +31,34 @@ class IdentityError(Exception):
     """The key file exists but cannot be used; the message says what the owner should fix."""
 
 
-@dataclass(frozen=True)
 class Identity:
-    seed: bytes = field(repr=False)
+    """A seed and the key file it came from.  Read-only, as a frozen dataclass would be; a plain class
+    because the read commands import this module, and ``dataclasses`` (with ``inspect``) costs them
+    about 9 ms a process."""
+
+    seed: bytes
     path: Path
     # The public key of ``seed`` when the caller already knows it (``with_public``); else derived on first use.
-    known_public: bytes | None = field(default=None, repr=False, compare=False)
+    known_public: bytes | None
+
+    def __init__(self, seed: bytes, path: Path, known_public: bytes | None = None) -> None:
+        object.__setattr__(self, "seed", seed)
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "known_public", known_public)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Identity is read-only (tried to set {name})")
+
+    def __eq__(self, other: object) -> bool:  # the known public key is a cache, not part of the identity
+        if not isinstance(other, Identity):
+            return NotImplemented
+        return (self.seed, self.path) == (other.seed, other.path)
+
+    def __hash__(self) -> int:
+        return hash((self.seed, self.path))
+
+    def __repr__(self) -> str:  # never the seed
+        return f"Identity(path={self.path!r})"
 
     @functools.cached_property
     def signing_key(self) -> nacl.signing.SigningKey:
@@ -55,7 +76,7 @@ class Identity:
     def seed_tag(self) -> str:
         """What a cached public key is filed under: a keyed hash of the seed (the seed cannot be read back
         from it), so that a cache written for another key file is never taken for this one."""
-        return hashlib.blake2b(self.seed, digest_size=16, person=b"neverest-pubkey").hexdigest()
+        return blake2b(self.seed, digest_size=16, person=b"neverest-pubkey").hexdigest()
 
     def with_public(self, public_key: bytes) -> Identity:
         """This identity, its public key given (read from a cache filed under ``seed_tag``)."""

@@ -30,14 +30,14 @@ a code from the closed set ``REASONS`` and a human message.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+
+from neverest.hashes import blake2b, sha256
 
 # PyNaCl and the safety rule's compiled patterns are imported by the functions that sign, verify and
 # check a lesson's text: a command that only reads the memory (`neverestctl lessons`, `status`) loads
@@ -92,21 +92,35 @@ class RecordError(ValueError):
         self.message = message
 
 
-@dataclass(slots=True)
 class Record:
     """A verified record: the exact bytes received and the fields read from them.
 
-    Treat it as immutable (it is not frozen only because frozen dataclasses are
-    several times slower to build, and one is built per record received).
+    Treat it as immutable (it is not frozen because a frozen class is several times slower to build,
+    and one is built per record received).  A plain class, not a dataclass: the read commands import
+    this module, and ``dataclasses`` (with ``inspect``) costs them about 9 ms a process.
     """
 
-    type: RecordType
-    raw: bytes  # the canonical line as received, without line ending
-    fields: Mapping[str, Any]
-    origin: str
-    key: str
-    target: str  # the lesson's own hash, or the hash a confirmation/revocation names
-    seq: int | None
+    __slots__ = ("fields", "key", "origin", "raw", "seq", "target", "type")
+
+    def __init__(self, type: RecordType, raw: bytes, fields: Mapping[str, Any], origin: str, key: str,
+                 target: str, seq: int | None) -> None:
+        self.type = type
+        self.raw = raw  # the canonical line as received, without line ending
+        self.fields = fields
+        self.origin = origin
+        self.key = key
+        self.target = target  # the lesson's own hash, or the hash a confirmation/revocation names
+        self.seq = seq
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Record:
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in Record.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return f"Record(type={self.type!r}, origin={self.origin!r}, target={self.target!r}, seq={self.seq!r})"
 
     @property
     def hash(self) -> str:
@@ -127,12 +141,12 @@ def norm(text: str) -> str:
 
 def lesson_hash(kind: str, text: str) -> str:
     """BLAKE2b-128 over kind + norm(text), no separator: a lesson's identity across memories."""
-    return hashlib.blake2b((kind + norm(text)).encode("utf-8"), digest_size=16).hexdigest()
+    return blake2b((kind + norm(text)).encode("utf-8"), digest_size=16).hexdigest()
 
 
 def origin_of(public_key: bytes) -> str:
     """A memory's id: the first 8 bytes of SHA-256 of its raw Ed25519 public key, hex."""
-    return hashlib.sha256(public_key).digest()[:8].hex()
+    return sha256(public_key).digest()[:8].hex()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -5,6 +5,7 @@ idle daemon does not hold numpy, nor an HTTP client before it calls a peer."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -141,3 +142,50 @@ def test_the_daemon_and_its_services_load_no_http_client_until_an_exchange() -> 
             "'neverest.transports.commons_client', 'numpy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+# What an idle daemon does without, loaded by the first job, exchange, night or op that needs it (docs/figures.md,
+# "resident memory of an idle neverestd"); each was resident in an idle daemon before.
+NOT_IDLE = ("argparse", "gettext",  # the command line's parse only (daemon.PARSE_ONLY_MODULES)
+            "httpx", "httpcore", "neverest.httpclient", "numpy",  # the first exchange the daemon starts
+            "neverest.memory.receive", "neverest.verify_pool", "neverest.memory.scrub",  # the first records applied
+            "neverest.memory.service", "neverest.memory.embed",  # the memory worker's first job
+            "neverest.memory.inbox", "neverest.memory.events",  # the first drain of an inbox that exists
+            "neverest.agents.doors", "neverest.agents.ingest", "neverest.agents.transcripts",  # a wired agent
+            "neverest.transports.adapters", "neverest.peers.directory", "neverest.metrics")
+# A daemon run in this process by its own main(); a thread waits until it answers on its control socket and
+# has settled (its first inbox poll and gossip round), prints what it holds of NOT_IDLE, and stops it.
+IDLE_PROBE = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+from neverest.control import running
+from neverest import daemon
+home, watched = Path(sys.argv[1]), json.loads(sys.argv[2])
+def probe():
+    while not running(home):
+        time.sleep(0.02)
+    time.sleep(1.5)
+    print(json.dumps(sorted(m for m in watched if m in sys.modules)), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=probe, daemon=True).start()
+sys.exit(daemon.main(["--home", str(home), "--listen", "127.0.0.1:0", "--no-mdns"]))
+"""
+
+
+def test_an_idle_daemon_holds_none_of_the_modules_its_first_work_loads(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run([sys.executable, "-c", IDLE_PROBE, str(home), json.dumps(NOT_IDLE)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], done.stdout
+    assert running(home) is False and (home / "memory.db").exists()
+
+
+def test_httpx_is_loaded_without_its_command_line() -> None:
+    """httpclient keeps httpx's own command line (click, rich, pygments: 2.8 MB where they are installed, as
+    beside pytest) out of a process that gossips; httpx's ``main`` says how to install it instead."""
+    code = ("import sys; import neverest.httpclient, httpx; "
+            "print(sorted(m for m in ('click', 'rich', 'pygments') if m in sys.modules), callable(httpx.main))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[] True", done.stdout

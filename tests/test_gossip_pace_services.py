@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
 from neverest import daemon
 from neverest.clock import FixedClock
 from neverest.config import Config
+from neverest.control import BadRequest
 from neverest.gossip.loopback import AppNetwork
 from neverest.identity import load_or_create
 from neverest.memory.store import open_store
@@ -173,3 +175,34 @@ async def test_the_daemon_paces_its_own_rounds(tmp_path: Path, mock_clock: trio.
         await trio.sleep(100.0)
         assert (await daemon_status(state))["quiet_rounds"] == 9
         nursery.cancel_scope.cancel()
+
+
+async def test_records_new_here_are_passed_on_by_the_next_round_soon_not_a_period_later(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    async with line_of_three(tmp_path, mock_clock) as (a, b, _c):
+        await trio.sleep(2.5 * EVERY_S)  # every memory still at the full rate
+        last = max(b.rounds())
+        assert 0 < trio.current_time() - last < EVERY_S
+        project = tmp_path / "project"
+        project.mkdir()
+        for session in ("s1", "s2"):
+            await a.ask("remember", events=[ERROR | {"cwd": str(project), "session": session}])
+        await a.ask("publish", project=str(project))
+        await a.ask("sleep")  # A's round pushes the lesson to B
+        pushed = trio.current_time()
+        assert a.records(a.state.identity.origin) <= b.records(a.state.identity.origin)
+        await trio.sleep(2 * EVERY_S)
+        # B passed it on in a round of its own at once (its last began more than a quarter period before),
+        # not at its next scheduled round, a period after its last.
+        assert min(t for t in b.rounds() if t >= pushed) == pushed
+
+
+async def test_an_owner_error_raised_by_a_job_is_answered_as_a_bad_request(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    # services/control.py names OwnerError only once a job has raised one (the memory service is loaded by
+    # the worker's first job, not by an idle daemon): the owner still gets a refusal, not an internal error.
+    async with line_of_three(tmp_path, mock_clock) as (a, _b, _c):
+        with pytest.raises(BadRequest, match="is not a lesson of this memory"):
+            await a.ask("revoke", hash="0" * 32)
+        with pytest.raises(BadRequest, match="is this memory's own origin"):
+            await a.ask("trust", action="add", origin=a.state.identity.origin)

@@ -391,12 +391,14 @@ def test_the_hooks_hashed_space_is_the_memorys(text: str) -> None:
     mine = np.zeros(hook.DIM, dtype=np.float64)
     for i, v in hook.hashed(text).items():
         mine[i] = v
-    assert np.allclose(mine, expected, atol=1e-6)
+    assert (mine == expected.astype(np.float64)).all()  # the same float32 values, not merely close
     stored = hook.from_blob(to_blob(expected))
     assert stored.keys() == {int(i) for i in np.flatnonzero(expected)}
     assert all(abs(v - float(expected[i])) < 1e-7 for i, v in stored.items())
-    dense = hook.from_blob(np.arange(8, dtype="<f4").tobytes())
-    assert dense == {i: float(i) for i in range(1, 8)}
+    dense = hook.from_blob(np.arange(hook.DIM, dtype="<f4").tobytes())
+    assert dense == {i: float(i) for i in range(1, hook.DIM)}
+    with pytest.raises(ValueError, match="256 float32 numbers"):
+        hook.from_blob(np.arange(8, dtype="<f4").tobytes())
 
 
 def test_a_v3_store_gains_the_hooks_tables_and_keeps_its_lessons(tmp_path: Path) -> None:

@@ -103,10 +103,13 @@ def _age(path: Path, seconds: float) -> None:
 
 def test_the_watch_skips_a_poll_only_while_a_complete_drain_left_nothing(tmp_path: Path, store: Store) -> None:
     watch = InboxWatch(tmp_path, quiet_s=2.0)
+    assert not watch.due() and not watch.due()  # no inbox: nothing a drain could read, even before any drain
+    (tmp_path / INBOX_FILE).touch()
     assert watch.due()  # nothing known yet
     drain_inbox(store, tmp_path, now=NOW)
     watch.drained()
-    assert not watch.due()  # no inbox, as the drain left it
+    (tmp_path / INBOX_FILE).unlink()
+    assert not watch.due()  # gone: nothing to drain
     append(tmp_path, note("one"))
     assert watch.due()  # a new file
     drain_inbox(store, tmp_path, now=NOW)
@@ -156,9 +159,7 @@ def test_the_watch_never_skips_while_a_draining_file_remains(tmp_path: Path, sto
     drain_inbox(store, tmp_path, now=NOW, rotate_bytes=10, quiet_s=0)  # now deleted
     watch.drained()
     assert not leftovers(tmp_path)
-    assert watch.due()  # the listing changed
-    watch.drained()
-    assert not watch.due()
+    assert not watch.due()  # the listing changed, to nothing a drain could read
 
 
 def test_missing_inbox_is_nothing_to_do(tmp_path: Path, store: Store) -> None:

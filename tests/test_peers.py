@@ -75,11 +75,31 @@ def test_an_address_learns_its_origin_and_failures_back_off(tmp_path: Path) -> N
             table.failed(db, url, "timeout", "read timed out", NOW + timedelta(minutes=i))
         [a] = table.listing(db)
         assert a.failures == table.IGNORE_AFTER and a.ignored_until is not None
-        assert table.healthy(db, NOW + timedelta(minutes=3)) == []
+        # The network's failures: tried again 10 s after the third, then after 20 s, 40 s...
+        assert table.healthy(db, NOW + timedelta(minutes=2, seconds=9)) == []
+        assert [x.url for x in table.healthy(db, NOW + timedelta(minutes=2, seconds=10))] == [url]
+        table.failed(db, url, "unreachable", "connection refused", NOW + timedelta(minutes=3))
+        assert table.healthy(db, NOW + timedelta(minutes=3, seconds=19)) == []
         assert [x.url for x in table.healthy(db, NOW + timedelta(hours=1))] == [url]
         # The machine at that address changed: the address is re-keyed, and the caller is told.
         assert table.succeeded(db, url, "b" * 16, NOW + timedelta(hours=1)) == "a" * 16
         assert table.listing(db)[0].failures == 0
+
+
+def test_failures_the_peer_caused_back_off_for_minutes(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    with store.write() as db:
+        url = table.add(db, "http://127.0.0.1:7006", source="manual", now=NOW)
+        for _ in range(table.IGNORE_AFTER):
+            table.failed(db, url, "protocol", "HTTP 400", NOW)
+        assert table.healthy(db, NOW + timedelta(minutes=4, seconds=59)) == []
+        assert [x.url for x in table.healthy(db, NOW + timedelta(minutes=5))] == [url]
+        # Hostile by score: even the network's failures then back off for minutes.
+        table.succeeded(db, url, "f" * 16, NOW)
+        for _ in range(5):
+            table.penalise(db, "f" * 16, "identity")
+        table.failed(db, url, "timeout", "read timed out", NOW)
+        assert table.healthy(db, NOW + timedelta(minutes=4)) == []
 
 
 def test_a_hostile_peer_is_ignored_at_once_by_score(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from neverest.memory.store import SCHEMA_VERSION, StoreBusy, StoreError, open_store
+from neverest.memory.store import PASS_CACHE_KIB, SCHEMA_VERSION, Store, StoreBusy, StoreError, open_store
 
 
 def test_new_store_is_wal_and_versioned(tmp_path: Path) -> None:
@@ -85,3 +85,19 @@ def test_a_version_1_store_migrates_forward_and_keeps_its_data(tmp_path: Path) -
         assert store.db.execute("SELECT id FROM episodes").fetchall() == [("e1",)]
         assert store.db.execute("SELECT origin, superseded FROM records").fetchall() == [("o", 0)]
         assert store.db.execute("SELECT count(*) FROM tombstones").fetchone()[0] == 0
+
+
+def test_passing_over_holds_the_page_cache_small_and_gives_it_its_size_back(tmp_path: Path) -> None:
+    def cache_size(store: Store) -> int:
+        return int(store.db.execute("PRAGMA cache_size").fetchone()[0])
+
+    with open_store(tmp_path) as store:
+        before = cache_size(store)
+        assert before != -PASS_CACHE_KIB
+        with store.passing_over():
+            assert cache_size(store) == -PASS_CACHE_KIB
+            assert store.db.execute("SELECT count(*) FROM records").fetchone() == (0,)
+        assert cache_size(store) == before
+        with pytest.raises(RuntimeError), store.passing_over():
+            raise RuntimeError("a read that failed")
+        assert cache_size(store) == before

@@ -60,9 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sqlite3
-import struct
 import sys
 import threading
 import time
@@ -72,7 +70,6 @@ from _blake2 import blake2b
 from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
 from operator import mul
 from pathlib import Path
 from typing import IO, Any, Final
@@ -80,8 +77,11 @@ from typing import IO, Any, Final
 from neverest.agents import hook_model
 from neverest.agents.hook_model import ModelQuery
 from neverest.agents.moments import Call, bears_on_call, lesson_situation
+from neverest.memory.hashed import entries, row_entries, words
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
+from neverest.memory.space import DIM as DIM
+from neverest.memory.space import HASHED_SPACE
 from neverest.memory.store import Store
 from neverest.memory.views import framing, one_line, state_label
 from neverest.paths import KEY_FILE, STORE_FILE, resolve_home
@@ -119,14 +119,6 @@ SESSION_MAX_CHARS: Final = 256
 # How much of the transcript's end is read to find the agent's hand-back when the Stop input lacks it.
 TRANSCRIPT_TAIL_BYTES: Final = 256 * 1024
 
-# The hashed space of neverest.memory.embed ("hashed-256"), restated without numpy.  Any change there
-# changes the space's name; tests/test_hook.py compares the two on many texts.
-HASHED_SPACE: Final = "hashed-256"
-DIM: Final = 256
-BIGRAM_WEIGHT: Final = 0.5
-_HASH_PERSON: Final = b"neverest-h256"
-_WORD: Final = re.compile(r"\w(?:[\w'-]*\w)?")
-_FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2010": "-"})
 # Recall's relevance floor in the hashed space (neverest.memory.recall.HASHED_MIN_COSINE).
 MIN_COSINE: Final = 0.1
 # A prompt or a hand-back in a model's space (a model configured, the lesson's vector in its space, the model
@@ -134,7 +126,6 @@ MIN_COSINE: Final = 0.1
 # Chosen by replay on the public corpus with all-MiniLM-L6-v2 (docs/sessions.md, "Model space").
 MODEL_MIN_SHARED_TERMS: Final = 2
 MODEL_MIN_COSINE: Final = 0.3
-_SPARSE_ENTRY: Final = struct.Struct("<Bf")
 Vector = dict[int, float]
 Notes = list[str] | None  # the explanation being gathered (--explain); None when nobody asked
 
@@ -146,44 +137,14 @@ class Skip(Exception):
 # -- the hashed space ---------------------------------------------------------------------------
 
 
-def words(text: str) -> list[str]:
-    if text.isascii():
-        return _WORD.findall(text.lower())
-    import unicodedata
-    return _WORD.findall(unicodedata.normalize("NFKC", text).translate(_FOLD).casefold())
-
-
-_slots: dict[str, tuple[int, float]] = {}
-
-
-def _slot(feature: str) -> tuple[int, float]:
-    found = _slots.get(feature)
-    if found is None:
-        value = int.from_bytes(blake2b(feature.encode("utf-8"), digest_size=8,
-                                               person=_HASH_PERSON).digest(), "little")
-        found = _slots[feature] = (value % DIM, 1.0 if (value >> 8) & 1 else -1.0)
-    return found
-
-
 def hashed(text: str) -> Vector:
     """The text's unit vector in the hashed space, as {slot: value}; {} without words."""
-    counts: Vector = {}
-    tokens = words(text)
-    for word in tokens:
-        index, sign = _slot(word)
-        counts[index] = counts.get(index, 0.0) + sign
-    for first, second in pairwise(tokens):
-        index, sign = _slot(f"{first} {second}")
-        counts[index] = counts.get(index, 0.0) + BIGRAM_WEIGHT * sign
-    norm = sum(v * v for v in counts.values()) ** 0.5
-    return {i: v / norm for i, v in counts.items() if v} if norm else {}
+    return dict(entries(text))
 
 
 def from_blob(blob: bytes) -> Vector:
     """A hashed-space vector stored by ``neverest.memory.embed.to_blob`` (sparse or dense)."""
-    if len(blob) % 4 == 0:
-        return {i: v for i, v in enumerate(struct.unpack(f"<{len(blob) // 4}f", blob)) if v}
-    return {i: v for i, v in _SPARSE_ENTRY.iter_unpack(blob) if v}
+    return dict(row_entries(blob))
 
 
 def dot(a: Vector, b: Vector) -> float:

@@ -149,7 +149,7 @@ from neverest.gossip.codec import (
 )
 from neverest.gossip.ranges import RangeIndex
 from neverest.gossip.reconcile import MAX_ROUND_TRIPS, NOTHING, RANGE_ITEMS, Asked, Plan, lags, node_for, plan
-from neverest.memory.receive import ReceiveResult
+from neverest.memory.received import ReceiveResult
 from neverest.records import MAX_RECORD_BYTES, origin_of
 
 # Every exchange must make progress, so a budget always fits the largest record.

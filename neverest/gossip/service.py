@@ -43,12 +43,14 @@ from neverest.gossip.core import Checked, ExchangeResult, Initiator, Reply, Resp
 from neverest.gossip.view import Received, SqliteView
 from neverest.identity import Identity
 from neverest.memory import holdings
-from neverest.memory.receive import POLICY_REFUSALS, Lookahead, ReceiveResult
+from neverest.memory.received import POLICY_REFUSALS, ReceiveResult
 from neverest.memory.store import Store, StoreBusy, StoreError, open_store
 from neverest.peers import table
 
 if TYPE_CHECKING:  # the HTTP client side is loaded by the first exchange this memory starts (``http``)
     import httpx
+
+    from neverest.memory.receive import Lookahead  # loaded by the first records applied, like the receive path
 
 log = logging.getLogger("neverestd.gossip")
 MAX_CONTINUATIONS: Final = 16  # exchanges in a row with one peer while it says there is more
@@ -100,7 +102,7 @@ class Gossip:
         self._responder = Responder(self._view, self.identity.signing_key, settings=self._settings)
         self._using_store = trio.Lock()
         # The deferred records being stored in a worker thread (``_apply``), and the connection the
-        # exchange after them reads through meanwhile (``_handle_pinned``; opened at the first pull).
+        # exchange after them reads through meanwhile (``_handle_pinned``; open during a pull only).
         self._in_flight: _Applying | None = None
         self._reader: Store | None = None
         # The records after the ones in flight, once screened: verified ahead by the verifying processes
@@ -403,6 +405,9 @@ class Gossip:
                 if applying.records:
                     await self._apply(applying, done, failure)
         assert total is not None
+        if self._reader is not None:  # what the pull read through it is not kept in an idle daemon's pages
+            self._reader.close()
+            self._reader = None
         if failure:
             raise failure[0]
         for applied in done:
@@ -451,6 +456,8 @@ class Gossip:
         the verifying processes are used, and records are in flight)."""
         if self._in_flight is None or self.config.verify_processes == 0:
             return None
+        from neverest.memory.receive import Lookahead  # loaded already: records are being applied
+
         self._next = Lookahead(records)
         return self._next
 

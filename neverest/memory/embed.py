@@ -30,14 +30,13 @@ plain ``embed`` is also right, because of the latch.  Embedders are not shared b
 from __future__ import annotations
 
 import functools
-import hashlib
-import re
-import unicodedata
 from collections.abc import Sequence
-from itertools import pairwise
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias
 
+from neverest.memory.hashed import BIGRAM_WEIGHT as BIGRAM_WEIGHT
+from neverest.memory.hashed import features
+from neverest.memory.hashed import words as words
 from neverest.memory.model import Endpoint, ModelClient, ModelError
 from neverest.memory.space import DIM as DIM
 from neverest.memory.space import HASHED_SPACE as HASHED_SPACE
@@ -67,15 +66,6 @@ HASHED_JOIN_COSINE: Final = 0.55
 MODEL_JOIN_COSINE: Final = 0.62
 VERIFY_COSINE: Final = 0.5
 
-# A bigram counts half a word: enough that word order counts ("cache hides error" and "error
-# hides cache" are at cosine 0.86, not 1), not so much that one shared phrase outweighs the words.
-# Every weight is a multiple of 1/2, so every sum below is exact in float64 and a vector is
-# bit-identical whatever order numpy or the CPU adds in.
-BIGRAM_WEIGHT: Final = 0.5
-# The hashed space's name pins this function: a change to tokens, weights or hashing must
-# come with a new HASHED_SPACE, or old and new vectors would be compared as if alike.
-_HASH_PERSON: Final = b"neverest-h256"
-_SLOT_CACHE_SIZE: Final = 65536
 
 MAX_MODEL_DIM: Final = 8192
 DEFAULT_BATCH_SIZE: Final = 64  # 64 rows of 8192 numbers is ~13 MB of JSON, within the body limit
@@ -85,12 +75,6 @@ _PROBE_TEXT: Final = "neverest embedding probe"
 MAX_MODEL_TEXT_CHARS: Final = 8192
 _FLOAT32_MAX: Final = 3.4028234663852886e38  # float(np.finfo(np.float32).max), without importing numpy
 
-# Words: runs of letters, digits, _, ' and - that begin and end with a letter, digit or _, so
-# that "--no-build-isolation" and "no-build-isolation" are one word, "don't" is one, and a
-# lone dash or quote is none.
-_WORD: Final = re.compile(r"\w(?:[\w'-]*\w)?")
-# Typographic apostrophes and hyphens (a person's macOS keyboard) read as the ASCII ones.
-_FOLD: Final = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2010": "-"})
 
 
 class Embedded(NamedTuple):
@@ -142,28 +126,6 @@ def join_threshold(space: str) -> float:
     raise ValueError(f"unknown embedding space {space!r}")
 
 
-def words(text: str) -> list[str]:
-    """The words the hashed space sees in ``text``, folded as it folds them."""
-    if text.isascii():  # the common case, where the three steps below are just lower()
-        return _WORD.findall(text.lower())
-    # NFKC makes the composed and decomposed forms of a letter one (macOS writes file names
-    # decomposed); casefold is the Unicode way to ignore case ("Straße" = "STRASSE").
-    return _WORD.findall(unicodedata.normalize("NFKC", text).translate(_FOLD).casefold())
-
-
-@functools.lru_cache(maxsize=_SLOT_CACHE_SIZE)
-def _slot(feature: str) -> tuple[int, float]:
-    """The dimension and sign of a feature.
-
-    BLAKE2b, never Python's ``hash()``, which is salted per process.  The sign comes from
-    another bit of the digest: colliding features then cancel as often as they add, so
-    collisions add noise around zero instead of a bias towards similarity.
-    """
-    digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8, person=_HASH_PERSON).digest()
-    value = int.from_bytes(digest, "little")
-    return value % DIM, (1.0 if (value >> 8) & 1 else -1.0)
-
-
 def _hashed_matrix(texts: Sequence[str]) -> FloatArray:
     # All texts go into one flat count array with one bincount: per-text numpy calls would
     # cost more than the hashing.
@@ -171,16 +133,9 @@ def _hashed_matrix(texts: Sequence[str]) -> FloatArray:
     weights: list[float] = []
     for row, text in enumerate(_checked(texts)):
         base = row * DIM
-        tokens = words(text)
-        for word in tokens:
-            index, sign = _slot(word)
+        for index, weight in features(text):
             cells.append(base + index)
-            weights.append(sign)
-        for first, second in pairwise(tokens):
-            # Words hold no space, so a bigram feature never equals a word feature.
-            index, sign = _slot(f"{first} {second}")
-            cells.append(base + index)
-            weights.append(BIGRAM_WEIGHT * sign)
+            weights.append(weight)
     counts = np.bincount(np.asarray(cells, dtype=np.intp), weights=weights, minlength=len(texts) * DIM)
     return unit(counts.reshape(len(texts), DIM))
 

@@ -17,14 +17,13 @@ These functions run inside the caller's write transaction.
 
 # No `from __future__ import annotations`: typing.NamedTuple would compile a ForwardRef for each field
 # spelled as a string, at every command's start (the rows below).
-import hashlib
 import sqlite3
 from collections.abc import Collection, Generator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple
 
 from neverest.clock import iso
+from neverest.hashes import blake2b
 from neverest.records import Record
 
 PutOutcome = Literal["new", "duplicate", "fork", "older"]
@@ -36,7 +35,7 @@ REFUTE_FLOOD: Final = "refute-flood"  # an origin past refute_origin_max refutat
 
 
 def digest_of(raw: bytes) -> str:
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+    return blake2b(raw, digest_size=16).hexdigest()
 
 
 def signed_time(record: Record) -> str:
@@ -196,12 +195,30 @@ def bury(db: sqlite3.Connection, target: str, state: str, now: datetime) -> None
     db.execute("INSERT OR IGNORE INTO tombstones (hash, state, at) VALUES (?, ?, ?)", (target, state, iso(now)))
 
 
-@dataclass(frozen=True)
 class Refusal:
-    source: str
-    reason: str
-    count: int
-    last: str
+    """Records refused from one source for one reason: how many, and when last.  A plain class (a named
+    tuple's ``count`` method would clash with the field; ``dataclasses`` costs the read commands ~9 ms)."""
+
+    __slots__ = ("count", "last", "reason", "source")
+
+    def __init__(self, source: str, reason: str, count: int, last: str) -> None:
+        self.source = source
+        self.reason = reason
+        self.count = count
+        self.last = last
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "reason": self.reason, "count": self.count, "last": self.last}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Refusal):
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.source!r}, {self.reason!r}, {self.count!r}, {self.last!r})"
 
 
 def refusals(db: sqlite3.Connection) -> list[Refusal]:

@@ -47,7 +47,6 @@ its cursor still names that inode.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -69,11 +68,17 @@ from neverest.memory.events import (
     insert_events,
     parse_line,
 )
+
+# The watch (whether a drain is due) is a module of its own, light enough for an idle daemon's poll;
+# re-exported here beside the drain it guards.
+from neverest.memory.inbox_watch import QUIET_S as QUIET_S
+from neverest.memory.inbox_watch import InboxWatch as InboxWatch
+from neverest.memory.inbox_watch import Signature as Signature
+from neverest.memory.inbox_watch import signature as signature
 from neverest.memory.store import Store, meta_value
 from neverest.paths import INBOX_FILE
 
 ROTATE_BYTES: Final = 1024 * 1024
-QUIET_S: Final = 2.0
 
 _INBOX_KEY: Final = "inbox.cursor"
 _DRAINING_KEY: Final = "inbox.draining"
@@ -276,61 +281,6 @@ def _step(db: sqlite3.Connection, home: Path, *, now: datetime, result: IngestRe
         _save(db, _INBOX_KEY, None)
         return True
     return False
-
-
-Signature = tuple[tuple[str, int, int, int], ...]
-
-
-def signature(home: Path) -> Signature:
-    """What a drain would read, as the file system says without opening a file: the name, inode,
-    size and mtime of ``inbox.jsonl`` and of every ``.draining`` file beside it."""
-    found = []
-    try:
-        with os.scandir(home) as entries:
-            for entry in entries:
-                if entry.name == INBOX_FILE or (entry.name.startswith(INBOX_FILE + ".")
-                                                and entry.name.endswith(".draining")):
-                    with contextlib.suppress(FileNotFoundError):
-                        st = entry.stat(follow_symlinks=False)
-                        found.append((entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
-    except FileNotFoundError:
-        pass
-    return tuple(sorted(found))
-
-
-class InboxWatch:
-    """Whether a drain can find anything, so that a daemon polling an untouched inbox opens no store.
-
-    A drain that began when no file was younger than ``quiet_s`` and no ``.draining`` file
-    existed left nothing behind: every complete line was read, a last line without its newline
-    too (it was quiet), and a due rotation renamed the file (which changes the signature).  Until
-    the signature moves, another drain would find nothing.  Anything else (a fresh line, a
-    draining file, a failed drain) keeps the drains coming at every poll, as before.
-    """
-
-    def __init__(self, home: Path, *, quiet_s: float = QUIET_S) -> None:
-        self.home, self.quiet_s = home, quiet_s
-        self._drained: Signature | None = None  # what the last complete drain left nothing of
-        self._pending: tuple[Signature, float] | None = None
-
-    def due(self) -> bool:
-        """Whether to drain now (and if so, remember what the drain starts from)."""
-        seen = signature(self.home)
-        if seen == self._drained:
-            return False
-        self._pending = (seen, time.time())
-        self._drained = None
-        return True
-
-    def drained(self) -> None:
-        """The drain that ``due`` allowed completed."""
-        if self._pending is None:
-            return
-        seen, began = self._pending
-        self._pending = None
-        if all(not name.endswith(".draining") and began - mtime_ns / 1e9 >= self.quiet_s
-               for name, _, _, mtime_ns in seen):
-            self._drained = seen
 
 
 def drain_inbox(store: Store, home: Path, *, now: datetime, rotate_bytes: int = ROTATE_BYTES,

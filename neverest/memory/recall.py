@@ -20,18 +20,24 @@ then the vectors written); a model that does not answer leaves recall in the has
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import heapq
+from collections.abc import Callable
 from datetime import datetime
-from typing import Final
-
-import numpy as np
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from neverest.clock import iso
-from neverest.memory.embed import HASHED_SPACE, Embedder, stack, words
+from neverest.memory import hashed as hashed_space
 from neverest.memory.keyterms import key_terms, matches
 from neverest.memory.queries import embeddings, episodes, lessons
 from neverest.memory.queries.embeddings import Table
+from neverest.memory.space import HASHED_SPACE
 from neverest.memory.store import Store
+
+# numpy and the embedders are loaded only for a model's space, or for rows stored without a vector: in the
+# hashed space recall scores with the standard library (memory/hashed.py), and `neverestctl recall` without
+# a daemon starts in a third of numpy's import time (docs/figures.md, start-up).
+if TYPE_CHECKING:
+    from neverest.memory.embed import Embedder
 
 RECALL_HALF_LIFE_DAYS: Final = 30.0
 TOUCH_STEP: Final = 0.1
@@ -56,8 +62,7 @@ def relevance_floor(space: str) -> float:
     return HASHED_MIN_COSINE if space == HASHED_SPACE else MODEL_MIN_COSINE
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     type: str  # "episode" or "lesson"
     id: str
     kind: str
@@ -68,74 +73,104 @@ class Hit:
     at: str
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        return self._asdict()
 
 
-def catch_up(store: Store, embedder: Embedder) -> int:
+def catch_up(store: Store, embedder: Embedder | None) -> int:
     """Embed the unarchived episodes and lessons recall would miss; how many were embedded.
 
-    In the hashed space only rows never embedded; in a model's space every row not in it,
-    stopping as soon as the model fails (the store is not moved back to the hashed space).
+    In the hashed space (``embedder`` None: no model configured) only rows never embedded; in a
+    model's space every row not in it, stopping as soon as the model fails (the store is not moved
+    back to the hashed space).
     """
-    hashed = embedder.space == HASHED_SPACE
+    space = HASHED_SPACE if embedder is None else embedder.space
+    hashed = space == HASHED_SPACE
     tables: tuple[Table, ...] = ("episodes", "lessons")
     if hashed and not episodes.any_unembedded(store.db):
         # Every episode is stored with its hashed vector: only lessons (a few hundred rows) need a look.
         tables = ("lessons",)
     # Most recalls find nothing to embed: the sleep pass that embeds (and the phrasing, safety and error
     # patterns it imports) is loaded only when a row needs it (docs/figures.md, start-up).
-    tables = tuple(t for t in tables if embeddings.needing(store.db, t, embedder.space, 1, unembedded_only=hashed,
+    tables = tuple(t for t in tables if embeddings.needing(store.db, t, space, 1, unembedded_only=hashed,
                                                             unarchived_only=True))
     if not tables:
         return 0
     from neverest.memory.sleep import embed_rows
 
+    if embedder is None:
+        from neverest.memory.embed import HashedEmbedder
+
+        embedder = HashedEmbedder()
+
     return sum(embed_rows(store, embedder, table, unembedded_only=hashed, unarchived_only=True,
                           stop_on_fallback=True) for table in tables)
 
 
-def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: int = 5,
+def _ranker(query: str, embedder: Embedder | None) -> tuple[str, Callable[[list[bytes]], list[float]]]:
+    """The space recall ranks in, and the query's cosine with stored rows of it."""
+    space = HASHED_SPACE
+    if embedder is not None and embedder.space != HASHED_SPACE:
+        space, vectors = embedder.embed_with_space([query])  # a model that fails now answers in the hashed space
+    if space == HASHED_SPACE:
+        entries = hashed_space.entries(query)
+        return space, lambda blobs: hashed_space.cosines(blobs, entries)
+    vector = vectors[0]
+
+    def model_cosines(blobs: list[bytes]) -> list[float]:
+        from neverest.memory.embed import stack
+
+        product: list[float] = (stack(blobs, len(vector)) @ vector).astype("float64").tolist()
+        return product
+
+    return space, model_cosines
+
+
+def recall(store: Store, query: str, *, now: datetime, embedder: Embedder | None, k: int = 5,
            touch: bool = True) -> list[Hit]:
     """The top ``k`` episodes and lessons for ``query`` at or above the relevance floor;
-    touches the episodes returned."""
+    touches the episodes returned.  ``embedder`` None: the hashed space (no model configured)."""
     catch_up(store, embedder)
-    space, vectors = embedder.embed_with_space([query])
-    q = vectors[0]
+    space, cosines_with = _ranker(query, embedder)
     # Score on the narrow columns first; read the texts of the top k only.
     day = iso(now)
     found, learned = episodes.recall_scan(store.db, day, space), lessons.recall_scan(store.db, day, space)
+    cosines = cosines_with(found.embeddings + learned.embeddings)
     n_episodes = len(found.keys)
     keys = found.keys + learned.keys
     if not keys or k < 1:
         return []
-    cosines = stack(found.embeddings + learned.embeddings, len(q)) @ q
-    ages = np.array(found.age_days + learned.age_days, dtype=np.float64)
-    recency = np.power(2.0, -ages / RECALL_HALF_LIFE_DAYS)
-    strengths = np.array(found.strengths + learned.strengths, dtype=np.float64)
-    scores = 0.6 * cosines + 0.25 * recency + 0.15 * np.minimum(strengths, 2.0) / 2.0
+    ages = found.age_days + learned.age_days
+    strengths = found.strengths + learned.strengths
     # Key terms (keyterms.py): a row sharing one ranks above every row sharing none, and BM25 orders them.
     terms = key_terms(query)
-    bm25 = np.zeros(len(keys), dtype=np.float64)
+    bm25: dict[int, float] = {}
     if terms:
         for offset, table, table_keys in ((0, "episodes", found.keys), (n_episodes, "lessons", learned.keys)):
             weights = matches(store.db, table, terms)
             if weights:
                 for i, key in enumerate(table_keys):
                     weight = weights.get(int(key))
-                    if weight is not None:
+                    if weight is not None and weight > 0:
                         bm25[offset + i] = weight
-        shares = bm25 > 0
-        scores = scores + KEY_TERM_BONUS * shares + BM25_WEIGHT * bm25
-    relevant = np.flatnonzero((cosines >= relevance_floor(space)) | (bm25 > 0))
-    if not len(relevant):
+    floor = relevance_floor(space)
+    relevant = [i for i, cosine in enumerate(cosines) if cosine >= floor or i in bm25]
+    if not relevant:
         return []
+    scores: dict[int, float] = {}
+    for i in relevant:
+        score = (0.6 * cosines[i] + 0.25 * 2.0 ** (-ages[i] / RECALL_HALF_LIFE_DAYS)
+                 + 0.15 * min(strengths[i], 2.0) / 2.0)
+        weight = bm25.get(i)
+        if weight is not None:
+            score = score + KEY_TERM_BONUS + BM25_WEIGHT * weight
+        scores[i] = score
     hashed = space == HASHED_SPACE
     n = min(k * _CHECKED_PER_HIT if hashed else k, len(relevant))
-    top = relevant[np.argpartition(-scores[relevant], n - 1)[:n]]
-    top = top[np.argsort(-scores[top], kind="stable")]
-    query_words = set(words(query))
+    # Highest score first; a tie goes to the row read first (episodes before lessons, then by key order).
+    top = heapq.nsmallest(n, relevant, key=lambda i: (-scores[i], i))
+    query_words = set(hashed_space.words(query))
     hits: list[Hit] = []
-    for i in top.tolist():
+    for i in top:
         if len(hits) == k:
             break
         is_episode = i < n_episodes
@@ -144,10 +179,10 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder, k: in
             ep_id, kind, text, at = episodes.shown(store.db, key)
         else:
             ep_id, (kind, text, at) = str(key), lessons.shown(store.db, key)
-        if hashed and bm25[i] == 0 and query_words.isdisjoint(words(text)):
+        if hashed and i not in bm25 and query_words.isdisjoint(hashed_space.words(text)):
             continue  # a collision of different words in the hashed slots, not a match
         hits.append(Hit(type="episode" if is_episode else "lesson", id=ep_id, kind=kind, text=text,
-                        score=round(float(scores[i]), 4), cosine=round(float(cosines[i]), 4),
+                        score=round(scores[i], 4), cosine=round(cosines[i], 4),
                         strength=round(float(strengths[i]), 4), at=at))
     touched = [h.id for h in hits if h.type == "episode"]
     if touch and touched:

@@ -52,7 +52,6 @@ import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
@@ -71,6 +70,12 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.queries import lessons
+
+# ReceiveResult, POLICY_REFUSALS and UNSCRUBBED live in memory/received.py (light enough for an idle daemon's
+# gossip to name them); re-exported here, where the rules they count are.
+from neverest.memory.received import POLICY_REFUSALS as POLICY_REFUSALS
+from neverest.memory.received import UNSCRUBBED as UNSCRUBBED
+from neverest.memory.received import ReceiveResult as ReceiveResult
 from neverest.memory.scrub import scrub_check
 from neverest.memory.store import Store
 from neverest.records import Record, RecordError, claimed, parse_many, verified
@@ -90,9 +95,6 @@ CANDIDATE_STRENGTH: Final = 0.5
 FUTURE: Final = "future"
 REFUTE_PUBLISHER: Final = holdings.REFUTE_PUBLISHER  # an origin refuting a lesson it published itself
 REFUTE_FLOOD: Final = holdings.REFUTE_FLOOD  # an origin past refute_origin_max refutations held here
-UNSCRUBBED: Final = "unscrubbed"  # a lesson whose text holds a path, an address, a token... (scrub.scrub_check)
-# Valid records refused by this memory's own rules, which the peer that relayed them cannot know.
-POLICY_REFUSALS: Final = frozenset({"fork", REFUTE_PUBLISHER, REFUTE_FLOOD, UNSCRUBBED})
 # Records per transaction.
 _BATCH: Final = 500
 # Lines per verification batch (one request to a verifying process): small enough that the
@@ -101,31 +103,6 @@ _VERIFY_BATCH: Final = verify_pool.BATCH_LINES
 # A batch with fewer lines than this to verify is verified in this process: below it, the trip
 # to a worker and back costs more than the work it saves (measured: bench_receive.py --threshold).
 POOL_MIN_LINES: Final = verify_pool.MIN_LINES
-
-
-@dataclass
-class ReceiveResult:
-    accepted: int = 0
-    duplicates: int = 0
-    older: int = 0
-    forks: int = 0
-    refused: Counter[str] = field(default_factory=Counter)
-    candidates: int = 0
-    corroborated: int = 0
-    confirmed: int = 0
-    revoked: int = 0
-    refutations: int = 0  # refutations stored (they change nothing else here)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "duplicates": self.duplicates, "older": self.older, "forks": self.forks,
-                "refused": dict(self.refused), "candidates": self.candidates, "corroborated": self.corroborated,
-                "confirmed": self.confirmed, "revoked": self.revoked, "refutations": self.refutations}
-
-    def add(self, other: ReceiveResult) -> None:
-        for name in ("accepted", "duplicates", "older", "forks", "candidates", "corroborated", "confirmed",
-                     "revoked", "refutations"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.refused.update(other.refused)
 
 
 def _raise(db: sqlite3.Connection, lesson_id: int, origin: str, config: Config, now: datetime) -> bool:

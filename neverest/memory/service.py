@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
@@ -105,18 +104,27 @@ class OwnerError(ValueError):
 Renderer = Callable[["Memory", list[views.LessonView]], object]
 
 
-@dataclass
 class Memory:
-    store: Store
-    identity: Identity
-    config: Config
-    clock: Clock
-    home: Path | None = None
-    # The embedder, when the caller keeps one across memories (the daemon's worker); else made on first use.
-    embedder_: Embedder | None = field(default=None, repr=False)
-    # Renders of the layers above (the agents' memory files) run after this memory's own, in this order,
-    # with the lessons those were rendered from (judged once for every render).
-    renderers: tuple[Renderer, ...] = ()
+    """A memory: its store, identity, configuration and clock, and what every door asks of them.
+
+    A plain class, not a dataclass: every read command imports this module, and ``dataclasses`` (with
+    ``inspect``) costs each about 9 ms (docs/figures.md, start-up)."""
+
+    def __init__(self, store: Store, identity: Identity, config: Config, clock: Clock, home: Path | None = None,
+                 embedder_: Embedder | None = None, renderers: tuple[Renderer, ...] = ()) -> None:
+        self.store = store
+        self.identity = identity
+        self.config = config
+        self.clock = clock
+        self.home = home
+        # The embedder, when the caller keeps one across memories (the daemon's worker); else made on first use.
+        self.embedder_ = embedder_
+        # Renders of the layers above (the agents' memory files) run after this memory's own, in this order,
+        # with the lessons those were rendered from (judged once for every render).
+        self.renderers = renderers
+
+    def __repr__(self) -> str:
+        return f"Memory(home={self.home!r})"
 
     @classmethod
     def open(cls, home: Path, config: Config, clock: Clock, *, embedder: Embedder | None = None,
@@ -328,7 +336,7 @@ class Memory:
             "last_sleep": last.started if last else None,
             "published_projects": [p for p, _ in publishing.projects(self.store)],
             "held_back": len(publishing.held_back(db)),
-            "refused": [asdict(r) for r in holdings.refusals(db)],
+            "refused": [r.as_dict() for r in holdings.refusals(db)],
             "refutations": refutation_status(db),
             "received": budget_queries.report(db, self.identity.origin, self.config.received_budget_bytes),
             "hook": {"holdout": self.config.holdout, "agents": list(self.config.agents)}
@@ -361,7 +369,10 @@ class Memory:
     def recall(self, query: str, k: int = 5) -> list[Hit]:
         from neverest.memory.recall import recall
 
-        return recall(self.store, query, now=self.clock.now(), embedder=self.embedder, k=k)
+        # Without a model configured (nor an embedder kept by the daemon), recall ranks in the hashed space
+        # without loading the embedders or numpy (memory/hashed.py).
+        hashed_only = self.embedder_ is None and not (self.config.embed_url or self.config.embed_model)
+        return recall(self.store, query, now=self.clock.now(), embedder=None if hashed_only else self.embedder, k=k)
 
     def lessons(self, *, kind: str | None = None, include_archived: bool = False,
                 ids: Collection[int] | None = None) -> list[views.LessonView]:

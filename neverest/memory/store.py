@@ -32,6 +32,9 @@ from typing import Final
 from neverest.paths import STORE_FILE, ensure_home
 
 DEFAULT_BUSY_TIMEOUT_S: Final = 5.0
+# The page cache of a read that passes over many pages once (``Store.passing_over``): enough for the
+# B-tree's inner pages and a few leaves.
+PASS_CACHE_KIB: Final = 256
 
 # Version 1.  Column notes:
 # - episodes.id is a hash of (agent, session, kind, key) where key is the event's
@@ -453,6 +456,20 @@ class Store:
         """Changes when any connection commits: ``data_version`` moves when another connection
         commits, ``total_changes`` when this one writes."""
         return int(self.db.execute("PRAGMA data_version").fetchone()[0]), self.db.total_changes
+
+    @contextmanager
+    def passing_over(self) -> Iterator[None]:
+        """For reads inside that pass over many pages once, on a connection that lives long: its page
+        cache is held to ``PASS_CACHE_KIB`` meanwhile, then given back its size.  A cache fills up to
+        ``cache_size`` (about 2 MB by default) and keeps its pages allocated until the connection
+        closes; pages read once would stay resident for nothing, and a scan larger than the cache
+        misses on every page whatever its size (the gossip view's rebuild: measured no slower)."""
+        size = int(self.db.execute("PRAGMA cache_size").fetchone()[0])
+        self.db.execute(f"PRAGMA cache_size = -{PASS_CACHE_KIB}")
+        try:
+            yield
+        finally:
+            self.db.execute(f"PRAGMA cache_size = {size}")
 
     def vacuum(self) -> None:
         """Rebuild the database file, so that no page keeps a stale copy of deleted content (rows a

@@ -87,7 +87,6 @@ event (``{"event": "sighting", ...}`` or ``{"event": "gone", "origin": ...}``).
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import json
 import logging
@@ -456,6 +455,8 @@ def _event_json(event: Sighting | str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import argparse  # this module's own command line only: the daemon that imports it has parsed its own
+
     parser = argparse.ArgumentParser(
         prog="python -m neverest.peers.mdns",
         description="Register a neverest service, browse for S seconds, print one JSON line per event.",

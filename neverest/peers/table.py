@@ -26,7 +26,8 @@ subtracts a penalty chosen by its kind (``PENALTY``).  A transport failure (``ti
 costs no score, but counts as a failure like the others: an address whose consecutive
 failures reach ``IGNORE_AFTER``, or a peer whose score falls below ``IGNORE_BELOW``, is
 ignored for a back-off that doubles with each further failure (capped at a day), so a
-hostile or broken peer costs little and a peer that comes back is tried again.
+hostile or broken peer costs little and a peer that comes back is tried again.  The back-off
+starts at 5 minutes after a failure the peer caused, at 10 seconds after one of the network's.
 
 Every function runs inside the caller's write transaction, or reads.
 """
@@ -57,6 +58,11 @@ PENALTY: Final = {"timeout": 0.0, "unreachable": 0.0, "busy": 0.0, "invalid-reco
 IGNORE_AFTER: Final = 3
 IGNORE_BELOW: Final = -20.0
 BACKOFF_BASE: Final = timedelta(minutes=5)
+# A peer that only failed to answer (not listening yet, a machine asleep, a network down) is tried again
+# sooner: daemons started together at short periods failed 3 rounds against peers whose listeners were not
+# up yet, ignored them for 5 minutes and were reached by no one meanwhile (docs/figures.md, Serf).  Doubling
+# from 10 s, a peer that never comes back is still tried only ~20 times in its first day.
+TRANSPORT_BACKOFF_BASE: Final = timedelta(seconds=10)
 BACKOFF_MAX: Final = timedelta(days=1)
 SCORE_RANGE: Final = (-100.0, 100.0)
 
@@ -373,7 +379,9 @@ def failed(db: sqlite3.Connection, url: str, kind: str, detail: str, now: dateti
         score = db.execute("SELECT score FROM peers WHERE origin = ?", (origin,)).fetchone()[0]
     ignored_until = None
     if failures >= IGNORE_AFTER or (score is not None and score < IGNORE_BELOW):
-        backoff = min(BACKOFF_BASE * 2 ** max(failures - IGNORE_AFTER, 0), BACKOFF_MAX)
+        hostile = score is not None and score < IGNORE_BELOW
+        base = TRANSPORT_BACKOFF_BASE if kind in TRANSPORT_KINDS and not hostile else BACKOFF_BASE
+        backoff = min(base * 2 ** max(failures - IGNORE_AFTER, 0), BACKOFF_MAX)
         ignored_until = iso(now + backoff)
     db.execute("UPDATE peer_addresses SET failures = ?, last_error = ?, ignored_until = ? WHERE url = ?",
                (failures, json.dumps({"kind": kind, "detail": detail[:300], "at": iso(now)}), ignored_until, url))

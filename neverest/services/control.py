@@ -29,22 +29,26 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from neverest.clock import parse_time
 from neverest.control import BadRequest
 from neverest.control import serve as serve_socket
-from neverest.memory.service import Memory, OwnerError
 from neverest.peers import table as peer_table
 from neverest.records import KINDS
 from neverest.services.gossip import GossipService
 from neverest.services.nightly import night
 from neverest.services.state import DaemonState
 from neverest.services.status import daemon_status
-from neverest.transports.adapters import CommonsTransport, FolderTransport
+
+if TYPE_CHECKING:
+    # The memory service is imported by the memory worker's first job, the transports by the op that
+    # names one: an idle daemon holds neither (docs/figures.md).
+    from neverest.memory.service import Memory
 
 log = logging.getLogger("neverestd.control")
 MAX_EVENTS: Final = 10_000
@@ -73,8 +77,15 @@ class ControlOps:
             raise BadRequest(f"unknown op {op!r}")
         try:
             result: dict[str, Any] = await handler(request)
-        except (OwnerError, peer_table.PeerError) as exc:  # what the owner asked cannot be done as asked
+        except peer_table.PeerError as exc:  # what the owner asked cannot be done as asked
             raise BadRequest(str(exc)) from None
+        except Exception as exc:
+            # An OwnerError is raised by a memory-service job, so its module is loaded by then; while it is
+            # not, nothing raised can be one (and a bad request does not load it).
+            service = sys.modules.get("neverest.memory.service")
+            if service is not None and isinstance(exc, service.OwnerError):  # cannot be done as asked
+                raise BadRequest(str(exc)) from None
+            raise
         return result
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +191,8 @@ class ControlOps:
         return {"result": await self.state.worker.write(lambda memory: memory.unname(origin))}
 
     async def op_folder_sync(self, request: dict[str, Any]) -> dict[str, Any]:
+        from neverest.transports.adapters import FolderTransport
+
         transport = FolderTransport(Path(_str(request, "dir")))
         out = await self.state.worker.write(lambda memory: memory.sync(transport))
         self._share_now()
@@ -193,6 +206,7 @@ class ControlOps:
         # event loop; an idle daemon does without them.
         await trio.to_thread.run_sync(importlib.import_module, "neverest.transports.commons_client")
         from neverest.transports import commons_client
+        from neverest.transports.adapters import CommonsTransport
 
         try:
             token = commons_client.read_token(_str(request, "token_file"))

@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
-from neverest.peers import directory
 from neverest.peers import table as peer_table
 from neverest.services.state import DaemonState
 
 if TYPE_CHECKING:
+    from neverest.memory.service import Memory  # imported by the memory worker's first job
     from neverest.peers import mdns
 
 log = logging.getLogger("neverestd.peers")
@@ -45,6 +44,8 @@ async def add_static_peers(state: DaemonState, urls: tuple[str, ...]) -> None:
 
 async def serve_directory(state: DaemonState, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                           ) -> None:
+    from neverest.peers import directory  # only where a directory is configured
+
     task_status.started()
     while True:
         try:

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("neverestd.gossip")
 FLUSH_EVERY_S: Final = 30.0  # at most one write per this long for what a flood (or idle gossip) counts
+# Records new to this memory are passed on by a round that starts this soon after the last one began, not a
+# whole period after (a rumour's next hop, as memberlist sends a broadcast on its next tick): a quarter of
+# ``gossip_every_s``, at most 1 s.  Rounds stay one at a time, so news brings at most 4 rounds a period (one
+# a second at a long period), only while records that verify and that this memory did not hold keep coming.
+EAGER_GAP_MAX_S: Final = 1.0
 
 
 class GossipService:
@@ -53,23 +58,33 @@ class GossipService:
         self._nap: trio.CancelScope | None = None
         self._nap_from = 0.0
         self._round_began: float | None = None
+        self._news = False  # records new here arrived while no nap was running: the next nap is short
 
     def _received(self, accepted: int) -> None:
-        # A peer that asked brought records: settle them, and spread them at the full rate.
+        # A peer that asked brought records new here: settle them, and pass them on (EAGER_GAP_MAX_S).
         self.state.settle_soon()
-        self.wake()
+        self.wake(news=True)
 
-    def wake(self) -> None:
-        """Back to the full rate: the next scheduled round comes ``gossip_every_s`` after the last one began."""
+    def _eager_gap_s(self) -> float:
+        return min(self.pace.every_s / 4, EAGER_GAP_MAX_S)
+
+    def wake(self, *, news: bool = False) -> None:
+        """Back to the full rate: the next scheduled round comes ``gossip_every_s`` after the last one began,
+        or with ``news`` (records new here) ``_eager_gap_s`` after it."""
         self.pace.wake()
+        gap = self._eager_gap_s() if news else self.pace.every_s
         if self._nap is not None:
-            self._nap.deadline = min(self._nap.deadline, max(trio.current_time(), self._nap_from + self.pace.every_s))
+            self._nap.deadline = min(self._nap.deadline, max(trio.current_time(), self._nap_from + gap))
+        elif news:
+            self._news = True
 
     async def nap(self) -> None:
         """Wait until the next scheduled round is due (``wake`` may end the wait early)."""
         now = trio.current_time()
         self._nap_from = now if self._round_began is None else min(now, self._round_began)
-        with trio.move_on_at(self._nap_from + self.pace.wait_s()) as self._nap:
+        wait = min(self.pace.wait_s(), self._eager_gap_s()) if self._news else self.pace.wait_s()
+        self._news = False
+        with trio.move_on_at(self._nap_from + wait) as self._nap:
             await trio.sleep_forever()
         self._nap = None
 
@@ -94,6 +109,8 @@ class GossipService:
             self.state.count_exchange("failed" if result.get("error") else "ok")
         if any(result.get("records_received") for result in results):
             self.state.settle_soon()
+        # News is records stored here for the first time (a peer sending what this memory refuses is not).
+        news = any((result.get("applied") or {}).get("accepted") for result in results)
         outcomes = [Outcome(completed=bool(r) and not r.get("error"), in_sync=bool(r.get("in_sync")),
                             moved=int(r.get("records_sent", 0)) + int(r.get("records_received", 0))) for r in results]
         # What pacing compares round to round: what is held, and how many peers there are to pick
@@ -101,7 +118,7 @@ class GossipService:
         state = await self.gossip.holdings_root() + self.gossip.healthy_peers.to_bytes(8, "big")
         self.pace.after_round(state, outcomes)
         if self.pace.quiet_rounds == 0 or only is not None:  # the owner asked for this peer: news
-            self.wake()
+            self.wake(news=news)
         self.state.quiet_rounds = self.pace.quiet_rounds
         return results
 

@@ -10,7 +10,7 @@ import logging
 
 import trio
 
-from neverest.memory.inbox import InboxWatch
+from neverest.memory.inbox_watch import InboxWatch
 from neverest.memory.store import StoreError
 from neverest.services.state import DaemonState
 

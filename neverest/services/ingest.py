@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
 from neverest.services.state import DaemonState
+
+if TYPE_CHECKING:  # imported by the memory worker's first job (services/state.py): not by an idle daemon
+    from neverest.memory.service import Memory
 
 log = logging.getLogger("neverestd.ingest")
 

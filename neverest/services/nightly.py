@@ -6,16 +6,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from neverest.config import Config, sleep_time
-from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
 from neverest.services.ingest import ingest_now
 from neverest.services.state import DaemonState
-from neverest.transports.adapters import configured
+
+if TYPE_CHECKING:  # imported by the memory worker's first job (services/state.py): not by an idle daemon
+    from neverest.memory.service import Memory
 
 log = logging.getLogger("neverestd.sleep")
 
@@ -32,6 +33,8 @@ def next_sleep(now: datetime, config: Config) -> datetime:
 
 async def night(state: DaemonState) -> dict[str, Any]:
     """One night now: the memory service's night with the configured transports."""
+    from neverest.transports.adapters import configured  # the transports' modules: loaded by the first night
+
     transports = configured(state.config)
     ingested = await ingest_now(state)  # the agents' latest sessions count tonight
 

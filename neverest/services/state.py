@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 from neverest.clock import Clock
 from neverest.config import Config
 from neverest.identity import Identity
-from neverest.memory.embed import Embedder, load_embedder
-from neverest.memory.holdings import Refusal
-from neverest.memory.service import Memory
 from neverest.memory.store import StoreError
-from neverest.memory.views import LessonView
+
+if TYPE_CHECKING:
+    # The memory service, its queries and the embedder are imported by the worker's first job, in its
+    # thread: an idle daemon runs no job, and they are about 0.5 MB resident (docs/figures.md).
+    from neverest.memory.embed import Embedder
+    from neverest.memory.holdings import Refusal
+    from neverest.memory.service import Memory
+    from neverest.memory.views import LessonView
 
 T = TypeVar("T")
 log = logging.getLogger("neverestd")
@@ -43,11 +48,27 @@ class MemoryWorker:
     def __init__(self, home: Path, config: Config, clock: Clock) -> None:
         self.home, self.config, self.clock = home, config, clock
         self._writing = trio.Lock()
-        # One embedder for the daemon's life: a model's client is not rebuilt for every job.
-        self._embedder: Embedder = load_embedder(config.embed_url or None, config.embed_model or None)
+        # One embedder for the daemon's life: a model's client is not rebuilt for every job.  A configured
+        # model is made here, so that its configuration mistakes stop the start loudly; the hashed space
+        # (no model configured) cannot fail and is made by the first job.  Readers run beside the writer,
+        # so two first jobs may meet: the lock makes one.
+        self._embedder: Embedder | None = None
+        self._embedder_made = threading.Lock()
+        if config.embed_url or config.embed_model:
+            self.embedder()
+
+    def embedder(self) -> Embedder:
+        with self._embedder_made:
+            if self._embedder is None:
+                from neverest.memory.embed import load_embedder
+
+                self._embedder = load_embedder(self.config.embed_url or None, self.config.embed_model or None)
+            return self._embedder
 
     def _call(self, fn: Callable[[Memory], T]) -> T:
-        with Memory.open(self.home, self.config, self.clock, embedder=self._embedder,
+        from neverest.memory.service import Memory
+
+        with Memory.open(self.home, self.config, self.clock, embedder=self.embedder(),
                          renderers=(render_for_agents,)) as memory:
             return fn(memory)
 

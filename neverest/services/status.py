@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neverest import __version__
 from neverest.clock import iso
 from neverest.config import config_warnings
-from neverest.memory.service import Memory
-from neverest.metrics import peer_health, render_metrics, snapshot_from_status
 from neverest.peers import table as peer_table
 from neverest.services.nightly import next_sleep
 from neverest.services.state import DaemonState
+
+if TYPE_CHECKING:  # imported by the memory worker's first job (services/state.py): not by an idle daemon
+    from neverest.memory.service import Memory
 
 
 async def daemon_status(state: DaemonState) -> dict[str, Any]:
@@ -37,6 +38,8 @@ async def daemon_status(state: DaemonState) -> dict[str, Any]:
 
 async def metrics_text(state: DaemonState) -> str:
     """``GET /metrics``: the status in Prometheus text format."""
+    from neverest.metrics import peer_health, render_metrics, snapshot_from_status  # asked for, not held idle
+
     status = await daemon_status(state)
     addresses = await state.worker.read(lambda memory: peer_table.listing(memory.store.db))
     health = peer_health(addresses, iso(state.clock.now()))
