@@ -48,6 +48,21 @@ async def test_an_exchange_round_trips(server: str) -> None:
         assert await post(http, server, b"hello", max_response_bytes=1024) == b"echo:hello"
 
 
+async def test_an_answer_carries_only_its_type_and_length(server: str) -> None:
+    """What an in-sync exchange puts on the wire (PROTOCOL.md §11): no ``date`` or ``server`` header."""
+    host, port = server.removeprefix("http://").split(":")
+    async with await trio.open_tcp_stream(host, int(port)) as stream:
+        await stream.send_all(b"POST " + EXCHANGE_PATH.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                              b"Content-Type: application/octet-stream\r\nContent-Length: 5\r\n\r\nhello")
+        answer = b""
+        with trio.fail_after(5):
+            while not answer.endswith(b"echo:hello"):
+                answer += await stream.receive_some(1024)
+    head = answer.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"HTTP/1.1 200 "
+    assert sorted(line.split(b":")[0].lower() for line in head[1:]) == [b"content-length", b"content-type"]
+
+
 async def test_errors_say_who_is_at_fault(server: str) -> None:
     async with client() as http:
         with pytest.raises(PeerRefused, match="400: that is not a gossip message") as bad:
