@@ -207,3 +207,25 @@ async def test_an_owner_error_raised_by_a_job_is_answered_as_a_bad_request(
             await a.ask("revoke", hash="0" * 32)
         with pytest.raises(BadRequest, match="is this memory's own origin"):
             await a.ask("trust", action="add", origin=a.state.identity.origin)
+
+
+async def test_news_received_while_no_nap_runs_shortens_the_next_one(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    """Records new here that arrive during a round (no nap to shorten then) make the nap after it short."""
+    home = tmp_path / "one"
+    home.mkdir(mode=0o700)
+    config = Config(gossip_every_s=EVERY_S, gossip_quiet_every_s=QUIET_EVERY_S, mdns=False, ingest_every_s=0.0)
+    clock = FixedClock(NOW)
+    state = DaemonState(home, config, clock, load_or_create(home), MemoryWorker(home, config, clock))
+    service = GossipService(state, random.Random(0), transport=AppNetwork().transport_for("10.0.0.9"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(autojump, mock_clock)
+        try:
+            for news, expected in ((False, EVERY_S), (True, EVERY_S / 4), (False, EVERY_S)):
+                service.wake(news=news)  # no nap is running: as during a round
+                began = trio.current_time()
+                await service.nap()
+                assert trio.current_time() - began == expected
+        finally:
+            await service.aclose()
+            nursery.cancel_scope.cancel()
