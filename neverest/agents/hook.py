@@ -64,9 +64,6 @@ import sqlite3
 import sys
 import threading
 import time
-
-# hashlib's own BLAKE2b, without hashlib, whose import loads OpenSSL: a tenth of the hook's import time.
-from _blake2 import blake2b
 from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -77,6 +74,7 @@ from typing import IO, Any, Final
 from neverest.agents import hook_model
 from neverest.agents.hook_model import ModelQuery
 from neverest.agents.moments import Call, bears_on_call, lesson_situation
+from neverest.hashes import blake2b  # without hashlib, whose import loads OpenSSL
 from neverest.memory.hashed import entries, row_entries, words
 from neverest.memory.keyterms import key_terms
 from neverest.memory.queries import injections as q
