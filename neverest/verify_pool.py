@@ -15,8 +15,8 @@ process that only ever verifies a few lines at a time never starts them).  Not
 under ``neverestd``, 55 MB each) and outlive a parent killed with -9.  These import only what
 their jobs need, run in a session of their own (Ctrl-C in the parent's terminal is the
 parent's to handle), and read their work from a pipe: when the parent is gone, for whatever
-reason, they read its end and exit.  Each holds up to ``PIPELINE`` requests (its next one
-waits in the pipe, so it never idles while the parent hands over results).  A worker that
+reason, they read its end and exit.  Each holds up to ``PIPELINE`` requests (the next ones
+wait in the pipe, so it never idles while the parent stores what it verified).  A worker that
 dies, answers garbage or stops answering fails the requests it held (``VerifierError``) and
 is replaced at the next request.
 
@@ -56,8 +56,12 @@ from neverest.records import REASONS, Record, RecordError
 
 T = TypeVar("T")
 
-# Requests a worker holds at once: the one it runs and the next, waiting in its pipe.
-PIPELINE: Final = 2
+# Requests a worker holds at once: the one it runs and the next ones, waiting in its pipe.  Enough
+# that the workers are still busy when the receiver has stored a whole transaction (2 000 records,
+# about 60 ms, while a worker verifies a batch of 128 lines in 11): with 2 a worker, they ran dry
+# during each one (pull into an empty store 0.635 x raw verify, 0.682 x with 6; bench_gossip.py).
+# At most 6 requests a worker: 128 lines of at most 16 KiB each.
+PIPELINE: Final = 6
 # What a request or a reply may be: a batch of lines with framing (a commons file is at most
 # 256 KiB, the receive path sends 500 lines of at most 16 KiB), and a reply up to the lesson
 # vectors of such a batch (500 × 1 KiB) with the refusal messages.

@@ -18,6 +18,7 @@ from neverest.clock import FixedClock, iso
 from neverest.config import Config
 from neverest.identity import Identity
 from neverest.memory import holdings
+from neverest.memory import receive as receive_module
 from neverest.memory.receive import REFUTE_FLOOD, REFUTE_PUBLISHER, Receiver, receive
 from neverest.memory.service import Memory
 from neverest.memory.states import verdict
@@ -163,16 +164,18 @@ def test_a_flood_of_refutations_from_one_origin_is_bounded_counted_and_stops_not
 
 def test_past_the_bound_a_flooders_lines_are_refused_before_their_signature_is_checked(store: Store) -> None:
     """Once an origin is found at the bound, its further refutations in that receive are refused unverified:
-    a forged one is counted as refute-flood, not bad-signature (valid or not, it would be refused)."""
+    a forged one is counted as refute-flood, not bad-signature (valid or not, it would be refused).  The
+    origin is found there once the first transaction is stored: the flood is longer than one."""
     flooder = KEYS[5]
     config = Config(refute_origin_max=3)
-    forged = json.loads(refute(flooder, lesson_hash("error", "forged one"), seq=600))
+    flood = receive_module._BATCH + 100
+    forged = json.loads(refute(flooder, lesson_hash("error", "forged one"), seq=flood))
     forged["sig"] = "00" * 64
     forged_line = json.dumps(forged, separators=(",", ":"), sort_keys=True).encode()
-    lines = [refute(flooder, lesson_hash("error", f"n {i}"), seq=i + 1) for i in range(600)] + [forged_line]
+    lines = [refute(flooder, lesson_hash("error", f"n {i}"), seq=i + 1) for i in range(flood)] + [forged_line]
     with Receiver(store, own_origin=OWN, config=config, now=NOW, pool=None) as receiver:
         result = receiver.receive(lines, source="gossip:flooder")
-    assert result.refused == {REFUTE_FLOOD: 598} and held(store) == 3
+    assert result.refused == {REFUTE_FLOOD: flood - 2} and held(store) == 3
     # And in the next receive (the next exchange), from its first line on.
     again = receive(store, [forged_line], source="gossip:flooder", own_origin=OWN, config=config, now=NOW)
     assert again.refused == {REFUTE_FLOOD: 1}
