@@ -13,12 +13,12 @@ The workers are ``python -m neverest.verify_pool``, started on first use, all at
 process that only ever verifies a few lines at a time never starts them).  Not
 ``multiprocessing``: its workers would re-import the parent's main module (the whole daemon
 under ``neverestd``, 55 MB each) and outlive a parent killed with -9.  These import only what
-their jobs need, run in a session of their own (Ctrl-C in the parent's terminal is the
-parent's to handle), and read their work from a pipe: when the parent is gone, for whatever
-reason, they read its end and exit.  Each holds up to ``PIPELINE`` requests (the next ones
-wait in the pipe, so it never idles while the parent stores what it verified).  A worker that
-dies, answers garbage or stops answering fails the requests it held (``VerifierError``) and
-is replaced at the next request.
+their jobs need, run in a process group of their own (Ctrl-C in the parent's terminal is the
+parent's to handle) at a lower priority than the parent (``WORKER_NICE``), and read their work
+from a pipe: when the parent is gone, for whatever reason, they read its end and exit.  Each
+holds up to ``PIPELINE`` requests (the next ones wait in the pipe, so it never idles while the
+parent stores what it verified).  A worker that dies, answers garbage or stops answering fails
+the requests it held (``VerifierError``) and is replaced at the next request.
 
 A job is a function named in ``JOBS``, imported by the worker when first asked for it; the
 parent never imports it through this module.  Wire between the parent and its own workers
@@ -82,6 +82,15 @@ BATCH_LINES: Final = 128
 MIN_LINES: Final = 32
 
 _LENGTH = struct.Struct(">I")
+# How much nicer than its parent a worker runs.  The parent stores what the workers verified, one
+# core at most (its GIL), and answers its peers meanwhile: at an equal share, two busy workers left
+# it two thirds of a core, and it was the one the pull waited for (its threads waited 1.1-1.2 s
+# for a CPU in a 20 000-record pull, 0.5-0.6 s at +5).  And whatever else runs on the machine
+# comes before the verifying of a pull.  Workers stay in their parent's session so this counts:
+# Linux's autogroups share the CPU between sessions first, so a worker in a session of its own
+# (as they were) competed with the parent as an equal whatever its niceness, and took as large
+# a share of the machine as the owner's whole terminal session.
+WORKER_NICE: Final = 5
 
 log = logging.getLogger("neverest.verify")
 
@@ -131,7 +140,7 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen([sys.executable, "-m", "neverest.verify_pool"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                     start_new_session=True)
+                                     process_group=0)
         self.load = 0  # requests handed to it and not yet answered (the pool's lock guards it)
         self.dead = False
         self._on_free = on_free
@@ -378,7 +387,8 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> int:
 
 
 if __name__ == "__main__":
-    # A session of our own already keeps the terminal's Ctrl-C away; this keeps a stray one
-    # (sent to us by pid) from printing a traceback: the parent decides when we stop.
+    # A process group of our own already keeps the terminal's Ctrl-C away; this keeps a stray one
+    # (sent to us by pid or to our group) from printing a traceback: the parent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(WORKER_NICE)  # raising one's niceness needs no privilege
     sys.exit(serve(sys.stdin.buffer, sys.stdout.buffer))

@@ -152,6 +152,28 @@ def test_a_verifying_process_killed_is_replaced_at_the_next_batch(tmp_path: Path
         pool.close()
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name: [0] state, [2] process group, [3] session, [16] nice."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_workers_run_nicer_in_a_group_of_their_own_in_the_parent_s_session() -> None:
+    """Nicer, so that the parent (which stores what they verify) and the owner's other work come first; in
+    the parent's session, because Linux shares the CPU between sessions before niceness counts; in a
+    group of their own, so that Ctrl-C in the parent's terminal (sent to its group) does not reach them."""
+    pool = VerifyPool(1)
+    try:
+        assert pool.submit("verify-lines", [mixed()[0]]).result() == [None]
+        [pid] = pool.pids()
+        worker, parent = _stat(pid), _stat(os.getpid())
+        assert int(worker[16]) == min(19, int(parent[16]) + verify_pool.WORKER_NICE)
+        assert worker[3] == parent[3], "the worker left the parent's session"
+        assert worker[2] == str(pid) and worker[2] != parent[2], "the worker is in the parent's process group"
+    finally:
+        pool.close()
+
+
 def test_nothing_is_stored_unverified_when_the_pool_fails(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     pool = VerifyPool(1)
