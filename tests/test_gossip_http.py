@@ -196,3 +196,20 @@ async def test_metrics_are_what_the_callback_renders(nursery: trio.Nursery) -> N
             assert await post(gossip_client, binds[0], b"hi", max_response_bytes=100) == b"echo:hi"
         assert (await http.get(binds[0] + "/")).status_code == 404
     nursery.cancel_scope.cancel()
+
+
+def test_loading_the_client_loads_what_its_first_request_would_import() -> None:
+    """``load_client`` runs in a worker thread before a memory's first exchange: it must import httpcore,
+    which the client's transport otherwise imports at its first request, on the event loop (22 ms in which
+    the daemon answered no one).  A fresh interpreter, so that nothing else loaded it first."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from neverest.gossip import http\n"
+            "assert 'httpcore' not in sys.modules, 'loaded before its time'\n"
+            "http.load_client()\n"
+            "missing = {'httpcore._async.connection_pool', 'httpcore._backends.auto'} - set(sys.modules)\n"
+            "assert not missing, missing\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

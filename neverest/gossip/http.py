@@ -172,7 +172,11 @@ async def _answer(send: Send, status: int, body: bytes, content_type: str,
 
 
 def load_client() -> None:
-    """Import the client side (httpx: about 0.2 s and 6 MB): for a worker thread, before the first ``client``."""
+    """Import the client side (httpx: about 0.2 s and 6 MB): for a worker thread, before the first ``client``.
+    httpcore too, which the client's transport imports at its first request (``httpclient._LazyPlain``):
+    else that request held the event loop 22 ms, answering no peer meanwhile."""
+    import httpcore  # noqa: F401
+
     import neverest.httpclient  # noqa: F401
 
 
