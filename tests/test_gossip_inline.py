@@ -104,3 +104,28 @@ async def test_in_sync_needs_no_thread_and_a_write_is_seen_at_once(tmp_path: Pat
         await server.aclose()
     with open_store(tmp_path / "b") as store:
         assert store.db.execute("SELECT count(*) FROM records").fetchone()[0] == 32
+
+
+async def test_what_an_exchange_writes_besides_records_leaves_the_view_current(tmp_path: Path) -> None:
+    """An exchange that received records then writes the peer's score and addresses (the peer tables) on
+    the same connection: not what the view caches, so the view stays current and the next exchange reads
+    no entry again (before, every such exchange left the view to rebuild them all: 12 ms at 500 origins)."""
+    fill(tmp_path / "b", [lesson(i) for i in range(30)])
+    clock = FixedClock(NOW)
+    server = Gossip(tmp_path / "b", CONFIG, clock, Identity.from_seed(b"\x41" * 32), random.Random(1))
+    me = Gossip(tmp_path / "a", CONFIG, clock, Identity.from_seed(b"\x42" * 32), random.Random(2))
+    try:
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(http.serve, http.GossipApp(server.respond, max_body_bytes=MAX_MESSAGE_BYTES),
+                                        "127.0.0.1:0")
+            url = "http://" + binds[0].split("//")[-1]
+            pulled = await me.exchange(url, None)
+            assert pulled.error is None and pulled.applied.accepted == 30
+            with open_store(tmp_path / "a") as store:  # the peer was scored: the peer table was written
+                assert store.db.execute("SELECT origin FROM peers").fetchall() == [(pulled.peer,)]
+            assert me._view.fresh(), "the peer table's write made the view rebuild every entry"
+            assert len(me._view.index()) == 30
+            nursery.cancel_scope.cancel()
+    finally:
+        await me.aclose()
+        await server.aclose()

@@ -244,6 +244,13 @@ class SqliteView:
                 self._reread(origin)
             self._version = after
 
+    def unchanged(self, before: tuple[int, int], after: tuple[int, int]) -> None:
+        """Writes through this view's connection between ``before`` and ``after`` (``Store.data_version``)
+        changed no record, fork or declined head (the peer tables, refusal counts): if the cached entries
+        were current before them, they are current after, and the next read does not rebuild them."""
+        if before == self._version and after[0] == before[0]:
+            self._version = after
+
     def _reread(self, origin: str) -> None:
         db = self.store.db
         seq = holdings.max_seq(db, origin)
