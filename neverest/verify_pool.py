@@ -63,8 +63,8 @@ T = TypeVar("T")
 # At most 6 requests a worker: 128 lines of at most 16 KiB each.
 PIPELINE: Final = 6
 # What a request or a reply may be: a batch of lines with framing (a commons file is at most
-# 256 KiB, the receive path sends 500 lines of at most 16 KiB), and a reply up to the lesson
-# vectors of such a batch (500 × 1 KiB) with the refusal messages.
+# 256 KiB, the receive path sends 128 lines of at most 16 KiB), and a reply up to the lesson
+# vectors of such a batch (128 × 1 KiB) with the refusal messages.
 MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 MAX_REPLY_BYTES: Final = 4 * 1024 * 1024
 # Verifying 1 000 records takes ~50 ms: a worker silent this long is stuck, not busy.
