@@ -84,7 +84,7 @@ MIN_LINES: Final = 32
 _LENGTH = struct.Struct(">I")
 # How much nicer than its parent a worker runs.  The parent stores what the workers verified, one
 # core at most (its GIL), and answers its peers meanwhile: at an equal share, two busy workers left
-# it two thirds of a core, and it was the one the pull waited for (its threads waited 1.1-1.2 s
+# it two thirds of a core, and it was the one the pull waited for (its threads waited 1.0-1.2 s
 # for a CPU in a 20 000-record pull, 0.5-0.6 s at +5).  And whatever else runs on the machine
 # comes before the verifying of a pull.  Workers stay in their parent's session so this counts:
 # Linux's autogroups share the CPU between sessions first, so a worker in a session of its own
