@@ -169,10 +169,15 @@ class Gossip:
 
     def _close_stores(self) -> None:
         try:
-            if self._reader is not None:
-                self._reader.close()
+            self._close_reader()
         finally:
             self._store.close()
+
+    def _close_reader(self) -> None:
+        """Close the connection a pull read through (``_reading``), if one is open."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
 
     def _open(self) -> Store:
         """A connection of its own, for work in a worker thread."""
@@ -419,9 +424,7 @@ class Gossip:
                 if applying.records:
                     await self._apply(applying, done, failure)
         assert total is not None
-        if self._reader is not None:  # what the pull read through it is not kept in an idle daemon's pages
-            self._reader.close()
-            self._reader = None
+        self._close_reader()  # what the pull read through it is not kept in an idle daemon's pages
         if failure:
             raise failure[0]
         for applied in done:

@@ -134,11 +134,11 @@ def recall(store: Store, query: str, *, now: datetime, embedder: Embedder | None
     # Score on the narrow columns first; read the texts of the top k only.
     day = iso(now)
     found, learned = episodes.recall_scan(store.db, day, space), lessons.recall_scan(store.db, day, space)
-    cosines = cosines_with(found.embeddings + learned.embeddings)
     n_episodes = len(found.keys)
     keys = found.keys + learned.keys
     if not keys or k < 1:
         return []
+    cosines = cosines_with(found.embeddings + learned.embeddings)
     ages = found.age_days + learned.age_days
     strengths = found.strengths + learned.strengths
     # Key terms (keyterms.py): a row sharing one ranks above every row sharing none, and BM25 orders them.

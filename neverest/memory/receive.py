@@ -520,13 +520,15 @@ class Receiver:
         if not self._pending and not self.gate.early and not self._early:
             return
         horizon = self.now + timedelta(seconds=self.config.future_tolerance_s)
-        # The lesson sentences verified here (not in a worker) embedded in one call: much
-        # cheaper than one by one.
-        unembedded = [p.item for p in self._pending
-                      if p.vector is None and isinstance(p.item, Record) and p.item.type == "lesson"]
-        vectors = dict(zip((id(r) for r in unembedded),
-                           HashedEmbedder().embed([r.fields["text"] for r in unembedded]), strict=True)
-                       ) if unembedded else {}
+        # Each pending lesson's hashed vector: the worker's, else (verified here) embedded now, all of them in
+        # one call: much cheaper than one by one.
+        vectors = [p.vector for p in self._pending]
+        here = [(k, p.item) for k, p in enumerate(self._pending)
+                if p.vector is None and isinstance(p.item, Record) and p.item.type == "lesson"]
+        if here:
+            embedded = HashedEmbedder().embed([record.fields["text"] for _, record in here])
+            for (k, _), vector in zip(here, embedded, strict=True):
+                vectors[k] = vector
         with self.store.write() as db:
             refused: Counter[tuple[str, str]] = Counter()
             self._refutes = {}
@@ -536,17 +538,12 @@ class Receiver:
             # would find nothing; once one is stored, the target is known and the next ones look.
             unknown = holdings.unknown_targets(db, {p.item.target for p in self._pending
                                                     if isinstance(p.item, Record)})
-            planned: list[tuple[int, str, npt.NDArray[np.float32]]] = []
-            for k, (_, item, _, vector, _) in enumerate(self._pending):
-                if isinstance(item, Record) and item.type == "lesson" and k not in over:
-                    vector = vector if vector is not None else vectors.get(id(item))
-                    if vector is not None:
-                        planned.append((k, item.fields["kind"], vector))
             # The same-meaning check of the whole batch in one matrix product per kind.
-            self._index.plan(planned)
-            for k, (source, item, result, vector, digest) in enumerate(self._pending):
-                if vector is None and isinstance(item, Record):
-                    vector = vectors.get(id(item))
+            self._index.plan([(k, p.item.fields["kind"], vector)
+                              for k, (p, vector) in enumerate(zip(self._pending, vectors, strict=True))
+                              if isinstance(p.item, Record) and p.item.type == "lesson" and k not in over
+                              and vector is not None])
+            for k, ((source, item, result, _, digest), vector) in enumerate(zip(self._pending, vectors, strict=True)):
                 reason = (over[k] if k in over
                           else self._store_one(db, source, item, result, horizon, vector, usage, unknown, digest, k))
                 if reason is not None:
