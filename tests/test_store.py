@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from neverest.memory.store import PASS_CACHE_KIB, SCHEMA_VERSION, Store, StoreBusy, StoreError, open_store
+from neverest.memory.queries import fulltext, lessons
+from neverest.memory.store import (
+    MIGRATIONS,
+    PASS_CACHE_KIB,
+    SCHEMA_VERSION,
+    Store,
+    StoreBusy,
+    StoreError,
+    open_store,
+    statements,
+)
 
 
 def test_new_store_is_wal_and_versioned(tmp_path: Path) -> None:
@@ -101,3 +111,47 @@ def test_passing_over_holds_the_page_cache_small_and_gives_it_its_size_back(tmp_
         with pytest.raises(RuntimeError), store.passing_over():
             raise RuntimeError("a read that failed")
         assert cache_size(store) == before
+
+
+def _lesson(text: str) -> lessons.NewLesson:
+    return lessons.NewLesson(hash=text[:32].ljust(32, "0"), kind="error", text=text, cwd="", strength=0.5, seen=1,
+                             created="2026-04-01T00:00:00.000000Z", origin="", layer="personal", space=None,
+                             embedding=None, centroid=None)
+
+
+def _indexed_once(db: sqlite3.Connection) -> None:
+    """Every lesson's text is in the full-text index, and once: FTS5 counts the rows it indexed in its
+    "averages" record (the first varint of the row with id 1 of its data table), and a row indexed
+    twice (by a trigger and by lessons.create) counts twice.  (Its integrity-check does not compare an
+    external-content index with its table before SQLite 3.44.)"""
+    averages = db.execute("SELECT block FROM lessons_fts_data WHERE id = 1").fetchone()[0]
+    held = db.execute("SELECT count(*) FROM lessons").fetchone()[0]
+    assert held < 128 and averages[0] == held  # one byte: a varint under 128
+    assert not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'lessons_fts_in'").fetchone()
+
+
+def test_a_new_lesson_is_in_the_full_text_index_once(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        with store.write() as db:
+            first = lessons.create(db, _lesson("pytest collection fails when conftest imports the package"))
+            lessons.create(db, _lesson("the linter times out on generated protobuf modules"))
+        _indexed_once(store.db)
+        assert [row for row, _ in fulltext.bm25(store.db, "lessons", '"conftest"', 5)] == [first]
+
+
+def test_a_v10_store_indexes_its_old_and_new_lessons_once_each(tmp_path: Path) -> None:
+    # A store made by schema 10, whose trigger indexed its lessons: version 11 drops the trigger.
+    db = sqlite3.connect(tmp_path / "memory.db", isolation_level=None)
+    for script in MIGRATIONS[:10]:
+        for statement in statements(script):
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 10")
+    old = db.execute("INSERT INTO lessons (hash, kind, text, cwd, strength, seen, created, updated, origin, layer) "
+                     "VALUES ('ab', 'error', 'the build cache goes stale after switching branches', '', 0.5, 1, "
+                     "'2026-04-01T00:00:00.000000Z', '2026-04-01T00:00:00.000000Z', '', 'personal')").lastrowid
+    db.close()
+    with open_store(tmp_path) as store:
+        with store.write() as wdb:
+            new = lessons.create(wdb, _lesson("the stale build cache hides a missing import"))
+        _indexed_once(store.db)
+        assert sorted(row for row, _ in fulltext.bm25(store.db, "lessons", '"build cache"', 5)) == [old, new]

@@ -350,8 +350,16 @@ DROP INDEX records_target;
 CREATE INDEX records_target_origin ON records(target, origin)
 """
 
+# Version 11: ``lessons.create`` puts a new lesson's text into ``lessons_fts`` itself, in a statement of its
+# own, instead of a trigger.  A trigger makes SQLite open a statement savepoint for each INSERT INTO
+# lessons, and FTS5 (SQLite 3.40) writes its pending terms to disk as a new segment at every savepoint:
+# 43 µs a lesson, against 9 for the same two inserts without the trigger (20 000 lessons, 2 000 a
+# transaction).  A pull of a peer's lessons creates one per record it has not met.  The update and
+# delete triggers stay: archiving and editing a lesson are rare.
+_SCHEMA_V11: Final = "DROP TRIGGER lessons_fts_in"
+
 MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6,
-                                      _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9, _SCHEMA_V10)
+                                      _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9, _SCHEMA_V10, _SCHEMA_V11)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

@@ -1,5 +1,6 @@
-"""The full-text indexes (``episodes_fts``, ``lessons_fts``, schema version 8): BM25 of the rows that
-hold any of some terms.  Standard library only: the hook reads it."""
+"""The full-text indexes (``episodes_fts``, ``lessons_fts``, schema version 8; a new lesson is indexed by
+``lessons.create`` since version 11): BM25 of the rows that hold any of some terms.  Standard library
+only: the hook reads it."""
 
 from __future__ import annotations
 

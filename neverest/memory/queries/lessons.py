@@ -44,6 +44,8 @@ def create(db: sqlite3.Connection, lesson: NewLesson) -> int:
         (lesson.hash, lesson.kind, lesson.text, lesson.cwd, lesson.strength, lesson.seen, lesson.created,
          lesson.created, lesson.origin, lesson.layer, lesson.space, lesson.embedding, lesson.centroid))
     lesson_id = int(cursor.lastrowid or 0)
+    # The full-text index, here and not by a trigger (store.py, schema version 11).
+    db.execute("INSERT INTO lessons_fts (rowid, text) VALUES (?, ?)", (lesson_id, lesson.text))
     add_sources(db, lesson_id, lesson.sources)
     db.executemany("INSERT OR IGNORE INTO lesson_origins (lesson_id, origin) VALUES (?, ?)",
                    [(lesson_id, o) for o in lesson.origins])
