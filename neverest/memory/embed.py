@@ -400,9 +400,15 @@ class VectorRows:
     """A growable matrix of row vectors with ids: appending is amortised O(1), so a pass that
     compares each new item with everything before it never re-stacks the whole matrix."""
 
-    def __init__(self, dim: int) -> None:
-        self.ids: list[Any] = []
-        self._data = np.zeros((64, dim), dtype=np.float32)
+    def __init__(self, dim: int, ids: Sequence[Any] = (), rows: FloatArray | None = None) -> None:
+        """Empty, or holding ``rows`` (a len(ids) × dim matrix, taken as it is) with their ``ids``."""
+        self.ids: list[Any] = list(ids)
+        if rows is None or not len(self.ids):
+            self.ids = []
+            self._data = np.zeros((64, dim), dtype=np.float32)
+        else:
+            assert rows.shape == (len(self.ids), dim)
+            self._data = rows
 
     def __len__(self) -> int:
         return len(self.ids)

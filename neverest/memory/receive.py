@@ -155,9 +155,18 @@ class _MeaningIndex:
         self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
         rows = lessons.meaning_vectors(db, HASHED_SPACE)
         if rows:
+            # Kind by kind in a few numpy steps, not lesson by lesson: a Receiver is made for every
+            # exchange, and a store holds thousands of lessons.
             matrix = stack([r[2] for r in rows], DIM)
-            for (lesson_id, kind, _), vector in zip(rows, matrix, strict=True):
-                self.add(kind, lesson_id, vector)
+            by_kind: dict[str, list[int]] = {}
+            for place, (_, kind, _) in enumerate(rows):
+                by_kind.setdefault(kind, []).append(place)
+            for kind, places in by_kind.items():
+                vectors = matrix[places]
+                self._rows[kind] = VectorRows(DIM, [rows[k][0] for k in places], vectors)
+                norms = np.sqrt((vectors * vectors).sum(axis=1))
+                norms = norms[~np.isnan(norms)]  # as ``add`` leaves a NaN row out of the bound
+                self._longest[kind] = float(norms.max()) if len(norms) else 0.0
 
     def held(self) -> int:
         """Lessons held, of every kind."""
@@ -165,7 +174,10 @@ class _MeaningIndex:
 
     def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None) -> None:
         """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``)."""
-        self._rows.setdefault(kind, VectorRows(DIM)).add(lesson_id, vector)
+        rows = self._rows.get(kind)
+        if rows is None:
+            rows = self._rows[kind] = VectorRows(DIM)
+        rows.add(lesson_id, vector)
         norm = float(np.sqrt(vector @ vector))
         # (A NaN row needs no bound: its NaN scores send the whole kind to the exact lookup.)
         self._longest[kind] = max(self._longest.get(kind, 0.0), norm)
