@@ -8,14 +8,17 @@
    core, twice: verified in this process only, and with one verifying process per CPU
    (``verify_pool``, the default).  The rate, the rate per core used (CPU seconds of this
    process and its verifying processes over the wall time), and records per CPU second.
-   Targets: ≥ 0.7 × raw verify per core, and ≥ 5 000 records/s.
+   Targets: ≥ 0.7 × raw verify per core, and ≥ 5 000 records/s.  The records are lessons whose texts
+   all mean the same (one candidate, then corroborations), or with ``--distinct`` lessons that each
+   mean something else (a candidate per record, compared with every lesson stored before it): what
+   fetching a whole memory one never met costs.
 
 ``--before DIR`` runs the pull (section 2, as without it) ``--rounds`` times in fresh processes,
 alternating this tree's ``neverest`` with the one in ``DIR`` (a folder holding another tree's
 ``neverest``, e.g. ``git archive main neverest | tar -x -C DIR``), each against its own raw verify
 measured in the same process: before and after on the same busy machine, minutes apart at most.
 
-    python benchmarks/bench_gossip.py [--records 20000] [--pull-only] [--before DIR [--rounds 3]] [--json]
+    python benchmarks/bench_gossip.py [--records 20000] [--pull-only] [--distinct] [--before DIR [--rounds 3]] [--json]
 """
 
 from __future__ import annotations
@@ -54,13 +57,28 @@ NOW = datetime(2026, 4, 2, tzinfo=UTC)
 AT = "2026-04-01T12:00:00.000000Z"
 
 
-def records(origins: int, per_origin: int) -> list[Record]:
+def _distinct_texts(n: int) -> list[str]:
+    """``n`` texts that mean different things in the hashed space: nine words each, drawn from 5 000
+    words made of syllables (no word reads as an instruction, none looks like a path or a token).  Two
+    of them share a word or two at most, far under the join cosine; the pull then creates a candidate
+    per record, as it does when it fetches a memory whose lessons it never met."""
+    rng = random.Random(7)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "ze", "pi", "su", "de", "fa", "go", "hu", "ji", "by"]
+    words = sorted({"".join(rng.choice(syllables) for _ in range(3)) for _ in range(5000)})
+    return [" ".join(rng.choice(words) for _ in range(9)) for _ in range(n)]
+
+
+def records(origins: int, per_origin: int, *, distinct: bool = False) -> list[Record]:
+    """``origins`` × ``per_origin`` lesson records.  By default their texts differ by two numbers only, so
+    they all mean the same in the hashed space: the pull makes one candidate, which every other record
+    corroborates (the figures of docs/figures.md before the sixth round).  ``distinct``: each its own."""
+    texts = _distinct_texts(origins * per_origin) if distinct else None
     out = []
     for o in range(origins):
         key = nacl.signing.SigningKey((o + 1).to_bytes(32, "big"))
         for s in range(1, per_origin + 1):
-            out.append(sign_lesson(key, kind="error", text=f"Tool {o} fails in case {s} on the runner", seen=1,
-                                   strength=1.0, updated=AT, seq=s))
+            text = texts[o * per_origin + s - 1] if texts else f"Tool {o} fails in case {s} on the runner"
+            out.append(sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated=AT, seq=s))
     return out
 
 
@@ -113,8 +131,8 @@ def in_sync_bytes(tmp: Path, origins: int) -> dict[str, int]:
     return trio.run(serve_and, tmp / f"b{origins}", b"\x22" * 32, work)
 
 
-def pull_rate(tmp: Path, n: int, *, alone: bool = True) -> dict[str, Any]:
-    recs = records(500, max(1, n // 500))
+def pull_rate(tmp: Path, n: int, *, alone: bool = True, distinct: bool = False) -> dict[str, Any]:
+    recs = records(500, max(1, n // 500), distinct=distinct)
     fill(tmp / "source", recs)
     pre = [(bytes.fromhex(r.fields["sig"]) + r.raw.replace(b',"sig":"' + r.fields["sig"].encode() + b'"', b""),
             bytes.fromhex(r.key)) for r in recs]
@@ -161,8 +179,8 @@ def pull_rate(tmp: Path, n: int, *, alone: bool = True) -> dict[str, Any]:
     pooled = pull(tmp / "empty2", -1)
     after_wall, after_cpu = baseline()  # again after: the VM's speed drifts
     base_wall, base_cpu = (base_wall + after_wall) / 2, (base_cpu + after_cpu) / 2
-    out: dict[str, Any] = {"records": len(recs), "baseline_crypto_sign_open_per_s": round(base_wall),
-                           "baseline_per_cpu_s": round(base_cpu)}
+    out: dict[str, Any] = {"records": len(recs), "distinct": distinct,
+                           "baseline_crypto_sign_open_per_s": round(base_wall), "baseline_per_cpu_s": round(base_cpu)}
     if here is not None:
         out.update(alone_per_s=round(here["per_s"]), alone_ratio=round(here["per_s"] / base_wall, 3),
                    alone_cpu_ratio=round(here["per_cpu_s"] / base_cpu, 3))
@@ -185,11 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pull-only", action="store_true", help="skip section 1")
     parser.add_argument("--pooled-only", action="store_true", help="skip the pull verified in this process only")
+    parser.add_argument("--distinct", action="store_true",
+                        help="pull lessons that each mean something else (a candidate per record), not one meaning")
     parser.add_argument("--before", metavar="DIR", type=Path, help="also pull with the neverest in DIR, alternated")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each tree with --before")
     args = parser.parse_args(argv)
     if args.before is not None:
-        runs = alternate(__file__, ["--pull-only", "--json", "--records", str(args.records)], args.before,
+        runs = alternate(__file__, ["--pull-only", "--json", "--records", str(args.records)]
+                         + (["--distinct"] if args.distinct else []), args.before,
                          args.rounds, describe=_describe_pull, pick=lambda out: out["pull"])
         summary = medians(runs, ("pull_per_s", "ratio", "cpu_ratio", "cores_used", "baseline_crypto_sign_open_per_s"))
         if args.json:
@@ -202,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         sync = [] if args.pull_only else [in_sync_bytes(Path(tmp), n) for n in (1_000, 10_000)]
-        pull = pull_rate(Path(tmp), args.records, alone=not args.pooled_only)
+        pull = pull_rate(Path(tmp), args.records, alone=not args.pooled_only, distinct=args.distinct)
     result = {"in_sync": sync, "pull": pull}
     if args.json:
         print(json.dumps(result))
@@ -210,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in sync:
             print(f"in-sync exchange, {s['origins']:>6} origins: {s['total_bytes']} bytes on the wire "
                   f"({s['body_bytes']} message + {s['header_bytes']} HTTP headers)   (target <= 1024)")
-        print(f"pull of {pull['records']} records over HTTP into an empty store (load average {pull['load']}),"
+        print(f"pull of {pull['records']} records over HTTP into an empty store,"
+              f" {'each lesson its own meaning' if pull['distinct'] else 'all of one meaning'}"
+              f" (load average {pull['load']}),"
               f" raw crypto_sign_open {pull['baseline_crypto_sign_open_per_s']}/s on one core"
               f" ({pull['baseline_per_cpu_s']} per CPU second):")
         if "alone_per_s" in pull:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from neverest.config import Config
+from neverest.memory import receive as receive_module
 from neverest.memory.embed import DIM, HASHED_JOIN_COSINE, HASHED_SPACE, HashedEmbedder, to_blob
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.receive import _MeaningIndex, receive
@@ -191,3 +192,14 @@ def test_lines_verified_ahead_are_taken_only_as_they_would_have_been_sent(tmp_pa
         assert strip[0] == strip[1]
     finally:
         pool.close()
+
+
+def test_best_cosines_in_slices_are_those_of_the_whole_product() -> None:
+    # Held rows across several slices of the plan, one of them NaN in a kind of its own: the maxima per
+    # batch row are the same numbers as the whole product's, and a NaN row makes every maximum NaN.
+    rng = np.random.default_rng(5)
+    held = rng.standard_normal((2 * receive_module._PLAN_ROWS + 37, DIM)).astype(np.float32)
+    batch = rng.standard_normal((50, DIM)).astype(np.float32)
+    assert np.array_equal(receive_module._best_cosines(held, batch), (held @ batch.T).max(axis=0))
+    held[receive_module._PLAN_ROWS + 3] = np.nan
+    assert np.isnan(receive_module._best_cosines(held, batch)).all()
