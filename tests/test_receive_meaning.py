@@ -14,11 +14,11 @@ import pytest
 
 from neverest.config import Config
 from neverest.memory import receive as receive_module
-from neverest.memory.embed import DIM, HASHED_JOIN_COSINE, HASHED_SPACE, HashedEmbedder, to_blob
+from neverest.memory.embed import DIM, HASHED_JOIN_COSINE, HASHED_SPACE, HashedEmbedder, VectorRows, stack, to_blob
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.receive import _MeaningIndex, receive
 from neverest.memory.store import Store, open_store
-from neverest.records import lesson_hash, sign_lesson
+from neverest.records import lesson_hash, sign_confirm, sign_lesson
 
 KINDS = ("error", "correction", "surprise")
 WORDS = ("pip", "install", "fails", "without", "build", "isolation", "pytest", "hangs", "database", "container",
@@ -203,3 +203,40 @@ def test_best_cosines_in_slices_are_those_of_the_whole_product() -> None:
     assert np.array_equal(receive_module._best_cosines(held, batch), (held @ batch.T).max(axis=0))
     held[receive_module._PLAN_ROWS + 3] = np.nan
     assert np.isnan(receive_module._best_cosines(held, batch)).all()
+
+
+def test_only_a_lesson_to_compare_reads_the_held_lessons_vectors(tmp_path: Path) -> None:
+    # Reading every held lesson's vector costs a receive time and memory in proportion to the store; a
+    # receive of confirmations (or of records held already) has no lesson to compare and reads none.
+    store = open_store(tmp_path)
+    _held(store, 3, 100)
+    key = nacl.signing.SigningKey(b"\x06" * 32)
+    at = "2026-04-01T00:00:00.000000Z"
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+
+    def reads() -> int:
+        return sum("COALESCE(centroid, embedding)" in s for s in statements)
+
+    def take(line: bytes) -> None:
+        receive(store, [line], source="test", own_origin="f" * 16, config=Config(verify_processes=0),
+                now=datetime(2026, 4, 1, 12, tzinfo=UTC))
+
+    take(sign_confirm(key, "ab" * 16, at=at, seq=1).raw)
+    assert reads() == 0 and store.db.execute("SELECT count(*) FROM records").fetchone()[0] == 1
+    lesson = sign_lesson(key, kind="error", text="the build cache goes stale after switching branches", seen=1,
+                         strength=1.0, updated=at, seq=2).raw
+    take(lesson)
+    assert reads() == 1 and store.db.execute("SELECT count(*) FROM lessons").fetchone()[0] == 101
+    take(lesson)  # held already: skipped before it is verified
+    assert reads() == 1
+
+
+def test_rows_read_with_room_to_spare_grow_in_place_then_beyond() -> None:
+    rows = stack([to_blob(np.eye(DIM, dtype=np.float32)[k]) for k in range(3)], DIM, spare_rows=2)
+    held = VectorRows(DIM, [10, 11, 12], rows)
+    assert held.matrix.shape == (3, DIM) and held.ids == [10, 11, 12]
+    for k in range(3, 70):  # two into the room read with them, then past it
+        held.add(10 + k, np.eye(DIM, dtype=np.float32)[k])
+    assert held.ids == list(range(10, 80))
+    assert np.array_equal(held.matrix, np.eye(DIM, dtype=np.float32)[:70])

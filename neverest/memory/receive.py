@@ -121,7 +121,7 @@ def layer_of(origin: str, config: Config) -> str:
 
 
 class _MeaningIndex:
-    """The held lessons' vectors (hashed space) by kind, loaded once per Receiver.
+    """The held lessons' vectors (hashed space) by kind, read once per Receiver, when a lesson first needs them.
 
     Looking up "the same meaning" for every received lesson against a matrix kept in
     memory, instead of reading every lesson's vector from the store each time, keeps
@@ -153,27 +153,39 @@ class _MeaningIndex:
         self._longest: dict[str, float] = {}  # the longest held row's norm by kind (the margin scales with it)
         self._slots: dict[int, tuple[str, int]] = {}  # the caller's key of a planned lesson -> (kind, column)
         self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
-        rows = lessons.meaning_vectors(db, HASHED_SPACE)
-        if rows:
-            # Kind by kind in a few numpy steps, not lesson by lesson: a Receiver is made for every
-            # exchange, and a store holds thousands of lessons.
-            matrix = stack([r[2] for r in rows], DIM)
-            by_kind: dict[str, list[int]] = {}
-            for place, (_, kind, _) in enumerate(rows):
-                by_kind.setdefault(kind, []).append(place)
-            for kind, places in by_kind.items():
-                vectors = matrix[places]
-                self._rows[kind] = VectorRows(DIM, [rows[k][0] for k in places], vectors)
-                norms = np.sqrt((vectors * vectors).sum(axis=1))
-                norms = norms[~np.isnan(norms)]  # as ``add`` leaves a NaN row out of the bound
-                self._longest[kind] = float(norms.max()) if len(norms) else 0.0
+        self._unread: sqlite3.Connection | None = db  # the store, until the vectors are read from it
+
+    def _read(self) -> None:
+        """Read the held lessons' vectors, the first time a lesson needs them.  A receive of confirmations,
+        revocations, refutations or duplicates only never reads them: at 20 000 lessons held they cost
+        about 55 ms and a 20 MB matrix (1 KB a lesson) for the receive's duration, one record or many."""
+        db, self._unread = self._unread, None
+        if db is None:
+            return
+        ids: dict[str, list[int]] = {}
+        blobs: dict[str, list[bytes]] = {}
+        for lesson_id, kind, blob in lessons.meaning_vectors(db, HASHED_SPACE):
+            ids.setdefault(kind, []).append(lesson_id)
+            blobs.setdefault(kind, []).append(blob)
+        # One matrix per kind, decoded in a few numpy steps and taken as it is, with a quarter more rows of
+        # room for the candidates the receive adds (no copy, no temporary of the same size): a Receiver is
+        # made for every exchange, and a store holds thousands of lessons.
+        for kind, kind_blobs in blobs.items():
+            matrix = stack(kind_blobs, DIM, spare_rows=max(64, len(kind_blobs) // 4))
+            self._rows[kind] = VectorRows(DIM, ids[kind], matrix)
+            vectors = matrix[:len(kind_blobs)]
+            norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+            norms = norms[~np.isnan(norms)]  # as ``add`` leaves a NaN row out of the bound
+            self._longest[kind] = float(norms.max()) if len(norms) else 0.0
 
     def held(self) -> int:
         """Lessons held, of every kind."""
+        self._read()
         return sum(len(rows) for rows in self._rows.values())
 
     def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None) -> None:
         """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``)."""
+        self._read()
         rows = self._rows.get(kind)
         if rows is None:
             rows = self._rows[kind] = VectorRows(DIM)
@@ -196,6 +208,9 @@ class _MeaningIndex:
         under the threshold.  The lessons of the batch that become candidates must be ``add``ed with
         their key, in order, as ``same_meaning`` would see them."""
         self._plans, self._slots = {}, {}
+        if not batch:
+            return
+        self._read()
         by_kind: dict[str, list[tuple[int, npt.NDArray[np.float32]]]] = {}
         for key, kind, vector in batch:
             by_kind.setdefault(kind, []).append((key, vector))
@@ -216,6 +231,7 @@ class _MeaningIndex:
     def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> int | None:
         """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says.  ``key``: the
         lesson's key in the last ``plan``, whose scores may answer for it."""
+        self._read()
         rows = self._rows.get(kind)
         if rows is None or not len(rows):
             return None
@@ -568,7 +584,7 @@ class Receiver:
             self._index.plan([(k, p.item.fields["kind"], vector)
                               for k, (p, vector) in enumerate(zip(self._pending, vectors, strict=True))
                               if isinstance(p.item, Record) and p.item.type == "lesson" and k not in over
-                              and vector is not None])
+                              and vector is not None and p.item.origin != self.own_origin])
             for k, ((source, item, result, _, digest), vector) in enumerate(zip(self._pending, vectors, strict=True)):
                 reason = (over[k] if k in over
                           else self._store_one(db, source, item, result, horizon, vector, usage, unknown, digest, k))

@@ -298,9 +298,11 @@ def to_predict(db: sqlite3.Connection, min_strength: float, space: str) -> list[
 
 def meaning_vectors(db: sqlite3.Connection, space: str) -> list[tuple[int, str, bytes]]:
     """(id, kind, centroid or else sentence vector) of every unarchived lesson in ``space``."""
-    return [(int(r[0]), str(r[1]), bytes(r[2])) for r in db.execute(
+    # The rows as SQLite gives them (INTEGER, TEXT, BLOB: int, str, bytes already): a receive reads them all.
+    rows: list[tuple[int, str, bytes]] = db.execute(
         "SELECT id, kind, COALESCE(centroid, embedding) FROM lessons WHERE archived = 0 AND space = ? "
-        "AND COALESCE(centroid, embedding) IS NOT NULL", (space,))]
+        "AND COALESCE(centroid, embedding) IS NOT NULL", (space,)).fetchall()
+    return rows
 
 
 class Arrival(NamedTuple):
