@@ -162,17 +162,16 @@ class _MeaningIndex:
         db, self._unread = self._unread, None
         if db is None:
             return
-        ids: dict[str, list[int]] = {}
-        blobs: dict[str, list[bytes]] = {}
-        for lesson_id, kind, blob in lessons.meaning_vectors(db, HASHED_SPACE):
-            ids.setdefault(kind, []).append(lesson_id)
-            blobs.setdefault(kind, []).append(blob)
+        rows = lessons.meaning_vectors(db, HASHED_SPACE)
+        kinds = {kind for _, kind, _ in rows}  # a handful: one pass per kind, in list comprehensions
         # One matrix per kind, decoded in a few numpy steps and taken as it is, with a quarter more rows of
         # room for the candidates the receive adds (no copy, no temporary of the same size): a Receiver is
         # made for every exchange, and a store holds thousands of lessons.
-        for kind, kind_blobs in blobs.items():
+        for kind in sorted(kinds):
+            mine = rows if len(kinds) == 1 else [row for row in rows if row[1] == kind]
+            kind_blobs = [row[2] for row in mine]
             matrix = stack(kind_blobs, DIM, spare_rows=max(64, len(kind_blobs) // 4))
-            self._rows[kind] = VectorRows(DIM, ids[kind], matrix)
+            self._rows[kind] = VectorRows(DIM, [row[0] for row in mine], matrix)
             vectors = matrix[:len(kind_blobs)]
             norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
             norms = norms[~np.isnan(norms)]  # as ``add`` leaves a NaN row out of the bound
