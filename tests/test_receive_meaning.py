@@ -240,3 +240,14 @@ def test_rows_read_with_room_to_spare_grow_in_place_then_beyond() -> None:
         held.add(10 + k, np.eye(DIM, dtype=np.float32)[k])
     assert held.ids == list(range(10, 80))
     assert np.array_equal(held.matrix, np.eye(DIM, dtype=np.float32)[:70])
+
+
+def test_a_first_batch_into_an_empty_store_is_planned_too(tmp_path: Path) -> None:
+    # Nothing held: the batch's lessons are compared with one another in one product, not each looked up
+    # against all those before it (a pull into an empty store).
+    rng = np.random.default_rng(8)
+    fresh = rng.standard_normal((500, DIM)).astype(np.float32)
+    fresh /= np.linalg.norm(fresh, axis=1, keepdims=True)
+    index = _MeaningIndex(open_store(tmp_path).db)
+    assert _decide(index, [[("error", v) for v in fresh]], planned=True) == [None] * 500
+    assert index.lookups == 0 and index.held() == 500

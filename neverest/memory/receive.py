@@ -142,9 +142,12 @@ class _MeaningIndex:
     # of norm at most 1 over 256 dimensions they differ by at most about 3e-5 (twice the
     # rounding bound 256 × 2^-24), so 1e-3 leaves a wide margin (scaled for longer rows).
     _MARGIN: Final = 1e-3
-    # A kind with fewer lessons held than this is looked up record by record: its product is cheaper
-    # than the plan's bookkeeping (about 1 µs a record), the common case of memories in step, where
-    # what arrives corroborates a few lessons.
+    # A kind with fewer lessons held and arriving together than this is looked up record by record: its
+    # product is cheaper than the plan's bookkeeping (about 1 µs a record), the common case of memories
+    # in step, where a few records arrive at once.  A large batch is planned even with few or no lessons
+    # of its kind held, its lessons then compared with one another in one product: a pull into an empty
+    # store looked up its first 2 000 lessons one by one, each against all those before it (10 µs a
+    # lesson in a pull of 5 000).
     _PLAN_MIN_ROWS: Final = 64
 
     def __init__(self, db: sqlite3.Connection) -> None:
@@ -215,10 +218,10 @@ class _MeaningIndex:
             by_kind.setdefault(kind, []).append((key, vector))
         for kind, items in by_kind.items():
             rows = self._rows.get(kind)
-            if rows is None or len(rows) < self._PLAN_MIN_ROWS:
+            if (len(rows) if rows is not None else 0) + len(items) < self._PLAN_MIN_ROWS:
                 continue
             vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
-            held = rows.matrix
+            held = rows.matrix if rows is not None else np.zeros((0, DIM), dtype=np.float32)
             norms = np.sqrt((vectors * vectors).sum(axis=1))
             longest = max(1.0, float(np.max(norms)) if not np.isnan(norms).any() else np.inf,
                           self._longest.get(kind, 0.0))
