@@ -161,7 +161,10 @@ class _MeaningIndex:
     def _read(self) -> None:
         """Read the held lessons' vectors, the first time a lesson needs them.  A receive of confirmations,
         revocations, refutations or duplicates only never reads them: at 20 000 lessons held they cost
-        about 55 ms and a 20 MB matrix (1 KB a lesson) for the receive's duration, one record or many."""
+        30-80 ms and a 20 MB matrix (1 KB a lesson) for the receive's duration, one record or many.
+        Read inside the write transaction, they leave out what it deleted or archived before (an origin
+        the storage budget evicted, a revocation earlier in the batch); a lesson archived after the read
+        stays in the index until the receive ends, as when they were read at its start."""
         db, self._unread = self._unread, None
         if db is None:
             return
