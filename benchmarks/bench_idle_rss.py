@@ -19,7 +19,9 @@ Target (docs/figures.md, issue 26): ≤ 40 MB.
     python benchmarks/bench_idle_rss.py [--records 100000] [--before DIR] [--json]
 
 ``--before DIR`` also measures the daemon of another tree (a folder holding its ``neverest``
-package, e.g. ``git archive main neverest | tar -x -C DIR``) on the same store, right after.
+package, e.g. ``git archive main neverest | tar -x -C DIR``) on the same store, right after.  A tree
+with an older store schema refuses the store this one made: then run the whole script under each tree
+instead (``PYTHONPATH=DIR python benchmarks/bench_idle_rss.py``).
 """
 
 from __future__ import annotations
@@ -72,11 +74,16 @@ def fill(home: Path, n: int) -> None:
 def settle(cmd: list[str], env: dict[str, str], ready: Callable[[], bool] | None,
            then: Callable[[], object] | None = None) -> tuple[float, float | None]:
     """VmRSS (MB) 3 s after ``ready``, and 3 s after ``then`` when given (on the same process)."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tempfile.TemporaryFile()  # not a pipe: a daemon that logs much would block on a full one
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + 120
         while ready is not None and not ready():
-            assert time.monotonic() < deadline and proc.poll() is None
+            if proc.poll() is not None:
+                log.seek(0)
+                raise SystemExit(f"{' '.join(cmd)} exited ({proc.returncode}): "
+                                 f"{log.read().decode(errors='replace')[-600:]}")
+            assert time.monotonic() < deadline, f"{' '.join(cmd)} was not ready in 120 s"
             time.sleep(0.1)
         time.sleep(3.0)
         idle = rss_mb(proc.pid)
@@ -88,6 +95,7 @@ def settle(cmd: list[str], env: dict[str, str], ready: Callable[[], bool] | None
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        log.close()
 
 
 def bare(imports: str, env: dict[str, str]) -> float:
