@@ -8,7 +8,8 @@ Run: python benchmarks/bench_cli.py [--runs N] [--no-daemon] [--before DIR]
 ``--before DIR`` also runs another tree's commands (a folder holding its ``neverest`` package, e.g.
 ``git archive 1699496 neverest | tar -x -C DIR``; compile it first with ``python -m compileall DIR``) in the
 same loop, through ``PYTHONPATH``.  Every process runs in the benchmark's temporary folder: started from a
-checkout, ``python -m`` would find that checkout's package before ``PYTHONPATH``'s.
+checkout, ``python -m`` would find that checkout's package before ``PYTHONPATH``'s.  Both trees use one home:
+a tree with an older store schema refuses the store this one made (compare within one schema).
 """
 
 from __future__ import annotations

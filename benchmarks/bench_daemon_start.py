@@ -10,6 +10,9 @@ a busy machine.  Loopback only; every process it starts is reaped.
 Targets (issue 26): start ≤ 1 s, stop ≤ 0.5 s.
 
     python benchmarks/bench_daemon_start.py [--runs 9] [--records 0] [--mdns] [--from-source] [--before DIR] [--json]
+
+With ``--before DIR`` both trees start on one home: a tree with an older store schema refuses the
+store this one made (compare within one schema).
 """
 
 from __future__ import annotations
