@@ -11,8 +11,8 @@ Targets (issue 26): start ≤ 1 s, stop ≤ 0.5 s.
 
     python benchmarks/bench_daemon_start.py [--runs 9] [--records 0] [--mdns] [--from-source] [--before DIR] [--json]
 
-With ``--before DIR`` both trees start on one home: a tree with an older store schema refuses the
-store this one made (compare within one schema).
+With ``--before DIR`` and ``--records N`` both trees start on copies of one store, made by this tree: a
+tree with an older store schema refuses it (compare within one schema, or without ``--records``).
 """
 
 from __future__ import annotations
