@@ -27,6 +27,10 @@ def alternate(script: str, argv: Sequence[str], before: Path, rounds: int,
     object ``pick`` takes from each run's JSON, by tree.  ``describe`` says one run in a progress line."""
     # A script's own folder comes first on sys.path, not the working directory, so PYTHONPATH decides
     # which neverest it imports (the checkout's editable install comes after it).
+    if not (before / "neverest" / "__init__.py").is_file():
+        # Else PYTHONPATH would name nothing, the checkout's own package would be imported, and "before"
+        # would be this tree measured twice.
+        raise SystemExit(f"{before} holds no neverest package (make it with: git archive REV neverest | tar -x -C DIR)")
     trees = {"after": Path(script).resolve().parents[1], "before": before.resolve()}
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in TREES}
     for k in range(rounds):

@@ -57,7 +57,7 @@ NOW = datetime(2026, 4, 2, tzinfo=UTC)
 AT = "2026-04-01T12:00:00.000000Z"
 
 
-def _distinct_texts(n: int) -> list[str]:
+def distinct_texts(n: int) -> list[str]:
     """``n`` texts that mean different things in the hashed space: nine words each, drawn from 5 000
     words made of syllables (no word reads as an instruction, none looks like a path or a token).  Two
     of them share a word or two at most, far under the join cosine; the pull then creates a candidate
@@ -72,7 +72,7 @@ def records(origins: int, per_origin: int, *, distinct: bool = False) -> list[Re
     """``origins`` × ``per_origin`` lesson records.  By default their texts differ by two numbers only, so
     they all mean the same in the hashed space: the pull makes one candidate, which every other record
     corroborates (the figures of docs/figures.md before the sixth round).  ``distinct``: each its own."""
-    texts = _distinct_texts(origins * per_origin) if distinct else None
+    texts = distinct_texts(origins * per_origin) if distinct else None
     out = []
     for o in range(origins):
         key = nacl.signing.SigningKey((o + 1).to_bytes(32, "big"))

@@ -30,7 +30,7 @@ from typing import Any
 
 import nacl.signing
 from alternate import alternate, medians  # the same folder: on sys.path when this script runs
-from bench_gossip import _distinct_texts
+from bench_gossip import distinct_texts
 
 from neverest.config import Config
 from neverest.memory.embed import HASHED_SPACE, HashedEmbedder, to_blob
@@ -68,7 +68,7 @@ def one(store: Store, line: bytes) -> tuple[float, float]:
 
 
 def run(n: int, repeats: int) -> dict[str, Any]:
-    texts = _distinct_texts(n + repeats)
+    texts = distinct_texts(n + repeats)
     key = nacl.signing.SigningKey(b"\x31" * 32)
     with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp)) as store:
         fill(store, texts[:n])
@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="DIR", type=Path, help="also run with the neverest in DIR, alternated")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.lessons < 0 or args.repeats < 1:
+        parser.error("--lessons must be 0 or more and --repeats 1 or more")
     if args.before is not None:
         runs = alternate(__file__, ["--json", "--lessons", str(args.lessons), "--repeats", str(args.repeats)],
                          args.before, args.rounds, describe=_describe)
