@@ -26,6 +26,7 @@ from neverest.memory.embed import (
     load_embedder,
     stack,
     to_blob,
+    to_blobs,
     unit,
 )
 
@@ -149,6 +150,25 @@ def test_blob_round_trip() -> None:
         to_blob(np.zeros((2, 2)))
     with pytest.raises(ValueError):
         stack([to_blob(dense)], DIM)
+
+
+def test_blobs_of_a_matrix_are_those_of_each_row() -> None:
+    # Every case to_blob has: entry counts on and off a multiple of 4 (the last entry written twice), a zero
+    # vector, NaN (not zero), rows on either side of the sparse/dense boundary, and hashed sentences.
+    rng = np.random.default_rng(3)
+    rows = [hashed_vector(PIP), hashed_vector(TABS), np.zeros(DIM, dtype=np.float32),
+            np.full(DIM, np.nan, dtype=np.float32), np.ones(DIM, dtype=np.float32)]
+    for nonzero in [*range(1, 13), 203, 204, 205, 206]:
+        row = np.zeros(DIM, dtype=np.float32)
+        row[np.sort(rng.choice(DIM, nonzero, replace=False))] = rng.standard_normal(nonzero)
+        rows.append(row)
+    rows[7][5] = np.nan
+    matrix = np.stack(rows)
+    assert to_blobs(matrix) == [to_blob(row) for row in matrix]
+    assert to_blobs(np.zeros((0, DIM), dtype=np.float32)) == []
+    assert to_blobs(matrix[4:5]) == [to_blob(matrix[4])]  # dense rows only
+    with pytest.raises(ValueError):
+        to_blobs(np.zeros((2, 2)))
 
 
 def test_stack_mixes_sparse_and_dense_rows() -> None:

@@ -205,6 +205,19 @@ def test_best_cosines_in_slices_are_those_of_the_whole_product() -> None:
     assert np.isnan(receive_module._best_cosines(held, batch)).all()
 
 
+def test_best_earlier_is_each_rows_maximum_over_the_rows_before_it() -> None:
+    # Across several blocks and a last short one; a NaN row makes its maximum and those of the rows after it NaN.
+    rng = np.random.default_rng(9)
+    vectors = rng.standard_normal((3 * receive_module._EARLIER_BLOCK + 41, DIM)).astype(np.float32)
+    whole = vectors @ vectors.T
+    expected = np.array([-np.inf] + [whole[:j, j].max() for j in range(1, len(vectors))], dtype=np.float32)
+    assert np.array_equal(receive_module._best_earlier(vectors), expected)
+    vectors[receive_module._EARLIER_BLOCK + 5] = np.nan
+    best = receive_module._best_earlier(vectors)
+    assert not np.isnan(best[:receive_module._EARLIER_BLOCK + 5]).any()
+    assert np.isnan(best[receive_module._EARLIER_BLOCK + 5:]).all()
+
+
 def test_only_a_lesson_to_compare_reads_the_held_lessons_vectors(tmp_path: Path) -> None:
     # Reading every held lesson's vector costs a receive time and memory in proportion to the store; a
     # receive of confirmations (or of records held already) has no lesson to compare and reads none.

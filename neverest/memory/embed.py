@@ -357,6 +357,41 @@ def to_blob(vector: npt.ArrayLike) -> bytes:
     return values.tobytes()
 
 
+def to_blobs(vectors: npt.ArrayLike) -> list[bytes]:
+    """``to_blob`` of each row of an n × DIM matrix, the same bytes, in a few vectorised steps: a receive
+    stores a whole batch's new lessons, and one call a row cost 13 µs of the receiving thread's time."""
+    values = np.asarray(vectors, dtype="<f4")
+    if values.ndim != 2 or values.shape[1] != DIM:
+        raise ValueError(f"to_blobs takes rows of {DIM} numbers, not shape {values.shape}")
+    nonzero = values != 0  # NaN counts, as in np.flatnonzero
+    counts = nonzero.sum(axis=1)
+    lengths = counts + (counts % 4 == 0)  # the last entry written twice, or index 0 for a zero vector
+    sparse = 5 * lengths < 4 * DIM
+    out: list[bytes] = [b""] * len(values)
+    for row in np.flatnonzero(~sparse).tolist():
+        out[row] = values[row].tobytes()
+    rows = np.flatnonzero(sparse)
+    if not len(rows):
+        return out
+    counts, lengths = counts[rows], lengths[rows]
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    entries = np.zeros(int(ends[-1]), dtype=_sparse_entry())
+    owner, dims = np.nonzero(nonzero[rows])  # by row, then ascending dimension
+    first = np.cumsum(counts) - counts  # where each row's entries begin in ``dims``
+    at = starts[owner] + np.arange(len(dims)) - first[owner]
+    entries["i"][at] = dims
+    entries["v"][at] = values[rows[owner], dims]
+    twice = np.flatnonzero((counts % 4 == 0) & (counts > 0))  # a row's last entry again
+    last = first[twice] + counts[twice] - 1
+    entries["i"][starts[twice] + counts[twice]] = dims[last]
+    entries["v"][starts[twice] + counts[twice]] = values[rows[twice], dims[last]]
+    data = entries.tobytes()  # a zero vector's one entry is index 0 = 0.0, as np.zeros left it
+    for row, start, end in zip(rows.tolist(), (5 * starts).tolist(), (5 * ends).tolist(), strict=True):
+        out[row] = data[start:end]
+    return out
+
+
 def from_blob(blob: bytes) -> FloatArray:
     """The vector stored by ``to_blob``, as a writable native float32 array."""
     if len(blob) % 4 == 0:

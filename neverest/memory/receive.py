@@ -68,6 +68,7 @@ from neverest.memory.embed import (
     join_threshold,
     stack,
     to_blob,
+    to_blobs,
 )
 from neverest.memory.queries import lessons
 
@@ -233,6 +234,14 @@ class _MeaningIndex:
             for column, (key, _) in enumerate(items):
                 self._slots[key] = (kind, column)
 
+    def blob(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> bytes:
+        """``to_blob(vector)``: from its plan, which makes those of its whole batch at once, when ``key`` is in it."""
+        plan = self._plans.get(kind)
+        slot = self._slots.get(key) if key is not None and plan is not None else None
+        if plan is not None and slot is not None and slot[0] == kind:
+            return plan.blob(slot[1])
+        return to_blob(vector)
+
     def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> int | None:
         """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says.  ``key``: the
         lesson's key in the last ``plan``, whose scores may answer for it."""
@@ -244,7 +253,7 @@ class _MeaningIndex:
         slot = self._slots.get(key) if key is not None and plan is not None else None
         if plan is not None and slot is not None and slot[0] == kind:
             # False for NaN (and for a margin made infinite by one): then the exact lookup decides.
-            if plan.best[slot[1]] < join_threshold(HASHED_SPACE) - plan.margin:
+            if plan.bound(slot[1]) < join_threshold(HASHED_SPACE) - plan.margin:
                 return None
         self.lookups += 1
         scores = rows.matrix @ vector
@@ -270,20 +279,60 @@ class _KindPlan:
     """One kind's scores in a planned batch (``_MeaningIndex.plan``)."""
 
     def __init__(self, held_best: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32], margin: float) -> None:
-        # Per planned lesson, its best cosine with the lessons held: those before the batch, then
-        # each planned one added since (``added``).  np.maximum keeps a NaN, which sends that
-        # lesson to the exact lookup.
-        self.best = held_best
+        # Per planned lesson, its best cosine with the lessons held when the batch was planned.  np.maximum
+        # and max keep a NaN, which sends that lesson to the exact lookup.
+        self.held_best = held_best
         self.vectors = vectors
         self.margin = margin
-        self._within: npt.NDArray[np.float32] | None = None
+        self._best: npt.NDArray[np.float32] | None = None  # with the planned lessons before each, once one is held
+        self._last_added = -1  # the column of the last planned lesson added
+        self._blobs: list[bytes] | None = None
+
+    def bound(self, column: int) -> float:
+        """At least the best cosine of the planned lesson at ``column`` with every lesson held now, or NaN
+        when the plan cannot tell (a lesson at or after it was added first: the exact lookup decides).
+
+        Once a planned lesson is held, the bound counts every planned lesson before ``column``, added or not
+        (they joined a held one): a superset of what is held, so a bound under the threshold still means
+        none is at it.  Exact would take a maximum over the batch at every lesson added (11 µs a lesson in
+        a pull of new ones, docs/figures.md); the superset is one product per batch, and only a lesson
+        whose bound reaches the margin is looked up, with the same product as before."""
+        if self._last_added < 0:
+            return float(self.held_best[column])
+        if self._last_added >= column:
+            return float("nan")
+        if self._best is None:
+            self._best = np.maximum(self.held_best, _best_earlier(self.vectors))
+        return float(self._best[column])
 
     def added(self, column: int) -> None:
-        """The planned lesson at ``column`` is held from now on: the next ones compare with it too."""
-        if self._within is None:  # the planned lessons' cosines with each other, made when first needed:
-            # a batch whose lessons all join held ones (the common case once memories are in step) adds none
-            self._within = self.vectors @ self.vectors.T
-        self.best = np.maximum(self.best, self._within[column])
+        """The planned lesson at ``column`` is held from now on."""
+        self._last_added = max(self._last_added, column)
+
+    def blob(self, column: int) -> bytes:
+        """The planned lesson's vector as the store keeps it: those of every planned lesson, made the first
+        time one becomes a candidate (``embed.to_blobs``, 1.2 µs a lesson against 4 for ``to_blob``)."""
+        if self._blobs is None:
+            self._blobs = to_blobs(self.vectors)
+        return self._blobs[column]
+
+
+# Planned lessons compared with those before them this many at a time: a square block's lower half is
+# computed and thrown away, so smaller blocks waste less (half of the whole product is needed).
+_EARLIER_BLOCK: Final = 256
+
+
+def _best_earlier(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Per row of ``vectors``, its largest dot product with a row before it (-inf for the first; NaN if any is)."""
+    n = len(vectors)
+    best = np.full(n, -np.inf, dtype=np.float32)
+    later = np.tril(np.ones((_EARLIER_BLOCK, _EARLIER_BLOCK), dtype=bool))  # row >= column: not before it
+    for start in range(0, n, _EARLIER_BLOCK):
+        end = min(n, start + _EARLIER_BLOCK)
+        block = vectors[:end] @ vectors[start:end].T
+        block[start:end][later[:end - start, :end - start]] = -np.inf
+        best[start:end] = block.max(axis=0)
+    return best
 
 
 _NOTHING_MET: Final = lessons.Arrival(False, False, None, None)
@@ -318,7 +367,7 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
     lesson_id = lessons.create(db, lessons.NewLesson(
         hash=record.target, kind=fields["kind"], text=fields["text"], cwd="", strength=CANDIDATE_STRENGTH,
         seen=fields["seen"], created=iso(now), origin=record.origin, layer=layer_of(record.origin, config),
-        space=HASHED_SPACE, embedding=to_blob(vector), centroid=None, origins=[record.origin]))
+        space=HASHED_SPACE, embedding=index.blob(fields["kind"], vector, key), centroid=None, origins=[record.origin]))
     result.candidates += 1
     index.add(fields["kind"], lesson_id, vector, key)
     # Confirmations that arrived before the lesson count now.
