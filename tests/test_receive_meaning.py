@@ -1,4 +1,4 @@
-"""The same-meaning check of a batch in one matrix product (receive._MeaningIndex.plan), held to the
+"""The same-meaning check of a batch in one matrix product (receive.MeaningIndex.plan), held to the
 record-by-record lookup by a differential test: the same lessons joined, the same candidates made."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from neverest.config import Config
-from neverest.memory import receive as receive_module
+from neverest.memory import meaning as meaning_module
 from neverest.memory.embed import DIM, HASHED_JOIN_COSINE, HASHED_SPACE, HashedEmbedder, VectorRows, stack, to_blob
+from neverest.memory.meaning import MeaningIndex
 from neverest.memory.queries import lessons as lesson_queries
-from neverest.memory.receive import _MeaningIndex, receive
+from neverest.memory.receive import receive
 from neverest.memory.store import Store, open_store
 from neverest.records import lesson_hash, sign_confirm, sign_lesson
 
@@ -75,7 +76,7 @@ def _held(store: Store, seed: int, n: int) -> None:
                 embedding=to_blob(vector), centroid=None))
 
 
-def _decide(index: _MeaningIndex, batches: list[list[tuple[str, np.ndarray]]], *, planned: bool) -> list[int | None]:
+def _decide(index: MeaningIndex, batches: list[list[tuple[str, np.ndarray]]], *, planned: bool) -> list[int | None]:
     """What receive does with each lesson, batch by batch: join the lesson found, or add a candidate."""
     decisions: list[int | None] = []
     new_id = 10**6
@@ -101,8 +102,8 @@ def test_the_batch_decides_as_the_record_by_record_lookup(tmp_path: Path, seed: 
     for size in sizes:
         batches.append(incoming[at:at + size])
         at += size
-    reference = _decide(_MeaningIndex(store.db), batches, planned=False)
-    batched = _MeaningIndex(store.db)
+    reference = _decide(MeaningIndex(store.db), batches, planned=False)
+    batched = MeaningIndex(store.db)
     assert batched.held() == (150 if seed % 2 else 0)
     assert _decide(batched, batches, planned=True) == reference
     joined = sum(d is not None for d in reference)
@@ -122,14 +123,14 @@ def test_distinct_lessons_need_no_lookup_one_by_one(tmp_path: Path) -> None:
                 embedding=to_blob(vector), centroid=None))
     fresh = rng.standard_normal((500, DIM)).astype(np.float32)
     fresh /= np.linalg.norm(fresh, axis=1, keepdims=True)  # random directions: cosines near 0
-    index = _MeaningIndex(store.db)
+    index = MeaningIndex(store.db)
     assert _decide(index, [[("error", v) for v in fresh]], planned=True) == [None] * 500
     assert index.lookups == 0
 
 
 def test_a_row_added_outside_the_plan_sends_its_kind_back_to_the_exact_lookup(tmp_path: Path) -> None:
     store = open_store(tmp_path)
-    index = _MeaningIndex(store.db)
+    index = MeaningIndex(store.db)
     vector = HashedEmbedder().embed(["pip install fails without build isolation"])[0]
     index.add("error", 1, vector)
     index.plan([(0, "error", vector)])
@@ -147,7 +148,7 @@ def test_a_pull_of_distinct_lessons_makes_each_a_candidate(tmp_path: Path) -> No
     lines = [sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z",
                          seq=k + 1).raw for k, text in enumerate(texts)]
     # What the record-by-record lookup makes of them, in a store of its own.
-    reference = _decide(_MeaningIndex(open_store(tmp_path / "reference").db),
+    reference = _decide(MeaningIndex(open_store(tmp_path / "reference").db),
                         [[("error", v) for v in HashedEmbedder().embed(texts)]], planned=False)
     result = receive(store, lines, source="test", own_origin="f" * 16, config=Config(verify_processes=0),
                      now=datetime(2026, 4, 1, 12, tzinfo=UTC))
@@ -198,24 +199,24 @@ def test_best_cosines_in_slices_are_those_of_the_whole_product() -> None:
     # Held rows across several slices of the plan, one of them NaN in a kind of its own: the maxima per
     # batch row are the same numbers as the whole product's, and a NaN row makes every maximum NaN.
     rng = np.random.default_rng(5)
-    held = rng.standard_normal((2 * receive_module._PLAN_ROWS + 37, DIM)).astype(np.float32)
+    held = rng.standard_normal((2 * meaning_module._PLAN_ROWS + 37, DIM)).astype(np.float32)
     batch = rng.standard_normal((50, DIM)).astype(np.float32)
-    assert np.array_equal(receive_module._best_cosines(held, batch), (held @ batch.T).max(axis=0))
-    held[receive_module._PLAN_ROWS + 3] = np.nan
-    assert np.isnan(receive_module._best_cosines(held, batch)).all()
+    assert np.array_equal(meaning_module._best_cosines(held, batch), (held @ batch.T).max(axis=0))
+    held[meaning_module._PLAN_ROWS + 3] = np.nan
+    assert np.isnan(meaning_module._best_cosines(held, batch)).all()
 
 
 def test_best_earlier_is_each_rows_maximum_over_the_rows_before_it() -> None:
     # Across several blocks and a last short one; a NaN row makes its maximum and those of the rows after it NaN.
     rng = np.random.default_rng(9)
-    vectors = rng.standard_normal((3 * receive_module._EARLIER_BLOCK + 41, DIM)).astype(np.float32)
+    vectors = rng.standard_normal((3 * meaning_module._EARLIER_BLOCK + 41, DIM)).astype(np.float32)
     whole = vectors @ vectors.T
     expected = np.array([-np.inf] + [whole[:j, j].max() for j in range(1, len(vectors))], dtype=np.float32)
-    assert np.array_equal(receive_module._best_earlier(vectors), expected)
-    vectors[receive_module._EARLIER_BLOCK + 5] = np.nan
-    best = receive_module._best_earlier(vectors)
-    assert not np.isnan(best[:receive_module._EARLIER_BLOCK + 5]).any()
-    assert np.isnan(best[receive_module._EARLIER_BLOCK + 5:]).all()
+    assert np.array_equal(meaning_module._best_earlier(vectors), expected)
+    vectors[meaning_module._EARLIER_BLOCK + 5] = np.nan
+    best = meaning_module._best_earlier(vectors)
+    assert not np.isnan(best[:meaning_module._EARLIER_BLOCK + 5]).any()
+    assert np.isnan(best[meaning_module._EARLIER_BLOCK + 5:]).all()
 
 
 def test_only_a_lesson_to_compare_reads_the_held_lessons_vectors(tmp_path: Path) -> None:
@@ -261,6 +262,6 @@ def test_a_first_batch_into_an_empty_store_is_planned_too(tmp_path: Path) -> Non
     rng = np.random.default_rng(8)
     fresh = rng.standard_normal((500, DIM)).astype(np.float32)
     fresh /= np.linalg.norm(fresh, axis=1, keepdims=True)
-    index = _MeaningIndex(open_store(tmp_path).db)
+    index = MeaningIndex(open_store(tmp_path).db)
     assert _decide(index, [[("error", v) for v in fresh]], planned=True) == [None] * 500
     assert index.lookups == 0 and index.held() == 500
