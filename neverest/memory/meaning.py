@@ -106,14 +106,11 @@ class MeaningIndex:
         norm = float(np.sqrt(vector @ vector))
         # (A NaN row needs no bound: its NaN scores send the whole kind to the exact lookup.)
         self._longest[kind] = max(self._longest.get(kind, 0.0), norm)
-        plan = self._plans.get(kind)
-        if plan is None:
-            return
-        slot = self._slots.get(key) if key is not None else None
-        if slot is not None and slot[0] == kind:
-            plan.added(slot[1])
-        else:  # a row the plan did not score: its answers would miss it, so the exact lookup decides
-            del self._plans[kind]
+        planned = self._planned(kind, key)
+        if planned is not None:
+            planned[0].added(planned[1])
+        elif kind in self._plans:  # a row the plan did not score: its answers would miss it, so the exact lookup
+            del self._plans[kind]  # decides
 
     def plan(self, batch: Sequence[tuple[int, str, npt.NDArray[np.float32]]]) -> None:
         """Score a batch of lessons about to be applied, as (key, kind, vector), replacing the last
@@ -140,13 +137,16 @@ class MeaningIndex:
             for column, (key, _) in enumerate(items):
                 self._slots[key] = (kind, column)
 
-    def blob(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> bytes:
-        """``to_blob(vector)``: from its plan, which makes those of its whole batch at once, when ``key`` is in it."""
+    def _planned(self, kind: str, key: int | None) -> tuple[_KindPlan, int] | None:
+        """The plan of ``kind`` and the lesson's column in it, if the last ``plan`` scored the lesson of ``key``."""
         plan = self._plans.get(kind)
         slot = self._slots.get(key) if key is not None and plan is not None else None
-        if plan is not None and slot is not None and slot[0] == kind:
-            return plan.blob(slot[1])
-        return to_blob(vector)
+        return (plan, slot[1]) if plan is not None and slot is not None and slot[0] == kind else None
+
+    def blob(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> bytes:
+        """``to_blob(vector)``: from its plan, which makes those of its whole batch at once, when ``key`` is in it."""
+        planned = self._planned(kind, key)
+        return planned[0].blob(planned[1]) if planned is not None else to_blob(vector)
 
     def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> int | None:
         """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says.  ``key``: the
@@ -155,12 +155,10 @@ class MeaningIndex:
         rows = self._rows.get(kind)
         if rows is None or not len(rows):
             return None
-        plan = self._plans.get(kind)
-        slot = self._slots.get(key) if key is not None and plan is not None else None
-        if plan is not None and slot is not None and slot[0] == kind:
-            # False for NaN (and for a margin made infinite by one): then the exact lookup decides.
-            if plan.bound(slot[1]) < join_threshold(HASHED_SPACE) - plan.margin:
-                return None
+        planned = self._planned(kind, key)
+        # False for NaN (and for a margin made infinite by one): then the exact lookup decides.
+        if planned is not None and planned[0].bound(planned[1]) < join_threshold(HASHED_SPACE) - planned[0].margin:
+            return None
         self.lookups += 1
         scores = rows.matrix @ vector
         best_row = int(scores.argmax())
