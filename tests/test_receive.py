@@ -12,10 +12,11 @@ import pytest
 from neverest.clock import iso
 from neverest.config import Config
 from neverest.memory import holdings
+from neverest.memory.embed import HASHED_SPACE, hashed_vector, to_blob
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.receive import receive
 from neverest.memory.store import Store, open_store
-from neverest.records import canonical, lesson_hash, sign_confirm, sign_lesson, sign_revoke
+from neverest.records import canonical, lesson_hash, origin_of, sign_confirm, sign_lesson, sign_revoke
 
 NOW = datetime(2026, 4, 1, 12, tzinfo=UTC)
 CONFIG = Config()
@@ -132,6 +133,51 @@ def test_the_same_hash_or_meaning_from_another_origin_corroborates_once(store: S
     assert row(store)[0] == 0.5 + 2 * CONFIG.confirm_step
     # Unrelated text from a fourth origin is a lesson of its own.
     assert take(store, lesson(key=KEYS[3], text="The staging database is read-only on weekends"))["candidates"] == 1
+
+
+def test_a_lesson_that_names_another_subject_is_a_lesson_of_its_own(store: Store) -> None:
+    # Two sentences of one template at cosine 0.80: each names its own program, so the second is no support
+    # for the first (lessons the night made from tests/data/sessions; tests/test_corpus_episodes.py).
+    rg = "rg is not installed here (command not found); find works instead"
+    python = "python is not installed here (command not found); python3 works instead"
+    take(store, lesson(text=rg))
+    result = take(store, lesson(key=KEYS[1], text=python))
+    assert result["candidates"] == 1 and result["corroborated"] == 0
+    # Only numbers differ, or one adds a clause the other lacks: one lesson, supported by each origin.
+    timeout = "Several programs fail on the network or time out: command timed out after {} milliseconds"
+    take(store, lesson(key=KEYS[2], text=timeout.format(1013)))
+    assert take(store, lesson(key=KEYS[3], text=timeout.format(30000)))["corroborated"] == 1
+    assert take(store, lesson(key=KEYS[3], text="rg is not installed here (command not found)", seq=2)
+                )["corroborated"] == 1
+    texts = [str(r[0]) for r in store.db.execute("SELECT text FROM lessons ORDER BY id")]
+    assert texts == [rg, python, timeout.format(1013)]
+
+
+def test_a_join_passes_over_a_closer_lesson_that_names_something_else(store: Store) -> None:
+    # Held: one lesson with a fix ("find"), one without; received: the same mistake with another fix ("fd").
+    # The first is closer (cosine 0.91 against 0.85) but names a fix the received one does not: the
+    # received one joins the second, whose words it holds all of.
+    with store.write() as db:
+        for text in ("rg is not installed here (command not found); find works instead",
+                     "rg is not installed here (command not found)"):
+            lesson_queries.create(db, lesson_queries.NewLesson(
+                hash=lesson_hash("error", text), kind="error", text=text, cwd="", strength=0.5, seen=1,
+                created=iso(NOW), origin=OWN, layer="personal", space=HASHED_SPACE,
+                embedding=to_blob(hashed_vector(text)), centroid=None, origins=[OWN]))
+    fd = "rg is not installed here (command not found); fd works instead"
+    assert take(store, lesson(key=KEYS[1], text=fd))["corroborated"] == 1
+    joined = store.db.execute("SELECT l.text FROM lessons l JOIN lesson_origins o ON o.lesson_id = l.id "
+                              "WHERE o.origin != ?", (OWN,)).fetchall()
+    assert joined == [("rg is not installed here (command not found)",)]
+    # Of two that agree, the closer: held now after them, the received lesson's own sentence.
+    with store.write() as db:
+        lesson_queries.create(db, lesson_queries.NewLesson(
+            hash=lesson_hash("error", fd), kind="error", text=fd, cwd="", strength=0.5, seen=1, created=iso(NOW),
+            origin=OWN, layer="personal", space=HASHED_SPACE, embedding=to_blob(hashed_vector(fd)), centroid=None,
+            origins=[OWN]))
+    assert take(store, lesson(key=KEYS[2], text=fd + " again"))["corroborated"] == 1
+    fd_id = int(store.db.execute("SELECT id FROM lessons WHERE text = ?", (fd,)).fetchone()[0])
+    assert lesson_queries.origins(store.db, fd_id) == sorted([OWN, origin_of(bytes(KEYS[2].verify_key))])
 
 
 def test_a_revocation_by_the_origin_removes_its_lesson(store: Store) -> None:

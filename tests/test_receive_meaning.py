@@ -76,19 +76,22 @@ def _held(store: Store, seed: int, n: int) -> None:
                 embedding=to_blob(vector), centroid=None))
 
 
-def _decide(index: MeaningIndex, batches: list[list[tuple[str, np.ndarray]]], *, planned: bool) -> list[int | None]:
-    """What receive does with each lesson, batch by batch: join the lesson found, or add a candidate."""
+def _decide(index: MeaningIndex, batches: list[list[tuple[str, np.ndarray]]], *, planned: bool,
+            texts: list[str] | None = None) -> list[int | None]:
+    """What receive does with each lesson, batch by batch: join the lesson found, or add a candidate.
+    ``texts``: the lessons' sentences, in order, for the subject check (the held ones' are read from the store)."""
     decisions: list[int | None] = []
     new_id = 10**6
     for batch in batches:
         if planned:
             index.plan([(k, kind, vector) for k, (kind, vector) in enumerate(batch)])
         for k, (kind, vector) in enumerate(batch):
-            found = index.same_meaning(kind, vector, k if planned else None)
+            text = texts[len(decisions)] if texts is not None else None
+            found = index.same_meaning(kind, vector, k if planned else None, text)
             decisions.append(found)
             if found is None:
                 new_id += 1
-                index.add(kind, new_id, vector, k if planned else None)
+                index.add(kind, new_id, vector, k if planned else None, text)
     return decisions
 
 
@@ -108,6 +111,20 @@ def test_the_batch_decides_as_the_record_by_record_lookup(tmp_path: Path, seed: 
     assert _decide(batched, batches, planned=True) == reference
     joined = sum(d is not None for d in reference)
     assert len(reference) // 20 < joined < len(reference) - len(reference) // 20  # both outcomes, often
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_batch_decides_as_the_lookup_with_subjects_too(tmp_path: Path, seed: int) -> None:
+    # Sentences of a small vocabulary (many over the threshold, many naming words the other does not): the
+    # planned batch and the record-by-record lookup, each given the sentences, make the same decisions.
+    rng = random.Random(seed)
+    texts = _texts(rng, 600)
+    vectors = list(HashedEmbedder().embed(texts))
+    batches = [[("error", v) for v in vectors[:250]], [("error", v) for v in vectors[250:]]]
+    reference = _decide(MeaningIndex(open_store(tmp_path / "reference").db), batches, planned=False, texts=texts)
+    assert _decide(MeaningIndex(open_store(tmp_path / "planned").db), batches, planned=True, texts=texts) == reference
+    plain = _decide(MeaningIndex(open_store(tmp_path / "plain").db), batches, planned=False)
+    assert sum(d is None for d in reference) > sum(d is None for d in plain)  # the subject check kept some apart
 
 
 def test_distinct_lessons_need_no_lookup_one_by_one(tmp_path: Path) -> None:
@@ -149,7 +166,7 @@ def test_a_pull_of_distinct_lessons_makes_each_a_candidate(tmp_path: Path) -> No
                          seq=k + 1).raw for k, text in enumerate(texts)]
     # What the record-by-record lookup makes of them, in a store of its own.
     reference = _decide(MeaningIndex(open_store(tmp_path / "reference").db),
-                        [[("error", v) for v in HashedEmbedder().embed(texts)]], planned=False)
+                        [[("error", v) for v in HashedEmbedder().embed(texts)]], planned=False, texts=texts)
     result = receive(store, lines, source="test", own_origin="f" * 16, config=Config(verify_processes=0),
                      now=datetime(2026, 4, 1, 12, tzinfo=UTC))
     made = {str(r[0]) for r in store.db.execute("SELECT hash FROM lessons")}

@@ -6,6 +6,15 @@ at least the join threshold, in the hashed space.
 matrix-vector product over the held lessons of its kind), but plans a whole batch at once: one matrix
 product per kind scores the batch against the lessons held, and a lesson whose score is clearly under
 the threshold is answered from it.
+
+A cosine over words cannot tell two lessons written from one template apart: "rg is not installed here
+(command not found); find works instead" and "python is not installed here (command not found); python3
+works instead", two lessons the memory made from the public session corpus, are at cosine 0.80.  The
+night keeps such error lessons apart by their subject (``phrasing.error_signature``, read from the
+episodes); a received lesson is a sentence only, so here two sentences can be one lesson only when their
+subjects agree (``subjects_agree``): at most one of them names something the other does not.  One that
+adds a clause ("; find works instead", "on CI") still joins; two that each name their own program,
+module or fix do not, and the received one becomes a candidate of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from neverest.memory.embed import DIM, HASHED_SPACE, VectorRows, join_threshold, stack, to_blob, to_blobs
+from neverest.memory.hashed import words
+from neverest.memory.keyterms import GENERIC
 from neverest.memory.queries import lessons
 
 if TYPE_CHECKING:
@@ -26,6 +37,19 @@ else:
     from neverest.lazy_numpy import numpy_for
 
     np = numpy_for(__name__)
+
+
+def subject_words(text: str) -> frozenset[str]:
+    """The words of a lesson's sentence that can say what it is about: the hashed space's words, without
+    filler and the words generic to failures (``keyterms.GENERIC``), numbers and single letters (a time
+    out after 1013 or 30000 milliseconds is one lesson)."""
+    return frozenset(w for w in words(text) if len(w) > 1 and w not in GENERIC and not w.isdigit())
+
+
+def subjects_agree(one: frozenset[str], other: frozenset[str]) -> bool:
+    """Whether two sentences' ``subject_words`` allow them to be one lesson: at most one names what the other
+    does not."""
+    return one <= other or other <= one
 
 
 class MeaningIndex:
@@ -65,6 +89,8 @@ class MeaningIndex:
         self._slots: dict[int, tuple[str, int]] = {}  # the caller's key of a planned lesson -> (kind, column)
         self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
         self._unread: sqlite3.Connection | None = db  # the store, until the vectors are read from it
+        self._db = db
+        self._subjects: dict[int, frozenset[str]] = {}  # held lessons' subject words, read as a join needs them
 
     def _read(self) -> None:
         """Read the held lessons' vectors, the first time a lesson needs them.  A receive of confirmations,
@@ -96,9 +122,13 @@ class MeaningIndex:
         self._read()
         return sum(len(rows) for rows in self._rows.values())
 
-    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None) -> None:
-        """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``)."""
+    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None,
+            text: str | None = None) -> None:
+        """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``); ``text``: its
+        sentence (else read from the store when a join needs it)."""
         self._read()
+        if text is not None:
+            self._subjects[lesson_id] = subject_words(text)
         rows = self._rows.get(kind)
         if rows is None:
             rows = self._rows[kind] = VectorRows(DIM)
@@ -148,9 +178,11 @@ class MeaningIndex:
         planned = self._planned(kind, key)
         return planned[0].blob(planned[1]) if planned is not None else to_blob(vector)
 
-    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None) -> int | None:
-        """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says.  ``key``: the
-        lesson's key in the last ``plan``, whose scores may answer for it."""
+    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None,
+                     text: str | None = None) -> int | None:
+        """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says: the one of highest
+        cosine at or above the join threshold, and, given the sentence ``text``, whose subject agrees with it
+        (``subjects_agree``).  ``key``: the lesson's key in the last ``plan``, whose scores may answer for it."""
         self._read()
         rows = self._rows.get(kind)
         if rows is None or not len(rows):
@@ -161,8 +193,26 @@ class MeaningIndex:
             return None
         self.lookups += 1
         scores = rows.matrix @ vector
-        best_row = int(scores.argmax())
-        return int(rows.ids[best_row]) if scores[best_row] >= join_threshold(HASHED_SPACE) else None
+        threshold = join_threshold(HASHED_SPACE)
+        if text is None:
+            best_row = int(scores.argmax())
+            return int(rows.ids[best_row]) if scores[best_row] >= threshold else None
+        above = np.flatnonzero(scores >= threshold)  # a NaN score is never at it
+        if not len(above):
+            return None
+        mine = subject_words(text)
+        for row in above[np.argsort(-scores[above], kind="stable")].tolist():  # highest first, ties by row
+            lesson_id = int(rows.ids[row])
+            if subjects_agree(mine, self._subject_of(lesson_id)):
+                return lesson_id
+        return None
+
+    def _subject_of(self, lesson_id: int) -> frozenset[str]:
+        found = self._subjects.get(lesson_id)
+        if found is None:
+            text = lessons.text_of(self._db, lesson_id)
+            found = self._subjects[lesson_id] = subject_words(text) if text is not None else frozenset()
+        return found
 
 
 # Held rows scored at a time: the product of every held row with the batch would be a temporary of

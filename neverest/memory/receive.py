@@ -21,9 +21,10 @@
    - a lesson whose hash is tombstoned changes nothing;
    - a lesson revoked by its origin before it arrived is not applied;
    - a lesson with the hash of a lesson held here, or the same meaning (cosine of its
-     sentence with a held lesson's sources ≥ the join threshold, hashed space), from an
-     origin not yet counted for it, *corroborates* it: +``confirm_step`` strength, once
-     per origin, however many records or equivalent sentences it sends;
+     sentence with a held lesson's sources ≥ the join threshold, hashed space, and a subject
+     that agrees with the held lesson's: meaning.py), from an origin not yet counted for it,
+     *corroborates* it: +``confirm_step`` strength, once per origin, however many records or
+     equivalent sentences it sends;
    - otherwise it becomes a local *candidate* (strength 0.5, always predicting) in the
      ``domain`` layer when its origin is one of ``config.domain_origins``, else the
      ``common`` one, raised at once by confirmations already held for it;
@@ -139,7 +140,7 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         return
     if vector is None:
         vector = hashed_vector(fields["text"])
-    similar = index.same_meaning(fields["kind"], vector, key)
+    similar = index.same_meaning(fields["kind"], vector, key, fields["text"])
     if similar is not None:
         if _raise(db, similar, record.origin, config, now):
             result.corroborated += 1
@@ -151,7 +152,7 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         seen=fields["seen"], created=iso(now), origin=record.origin, layer=layer_of(record.origin, config),
         space=HASHED_SPACE, embedding=index.blob(fields["kind"], vector, key), centroid=None, origins=[record.origin]))
     result.candidates += 1
-    index.add(fields["kind"], lesson_id, vector, key)
+    index.add(fields["kind"], lesson_id, vector, key, fields["text"])
     # Confirmations that arrived before the lesson count now.
     for confirmer in ([] if unknown else holdings.confirmers(db, record.target)):
         if confirmer not in (record.origin, own_origin) and _raise(db, lesson_id, confirmer, config, now):

@@ -234,6 +234,12 @@ def space_of(db: sqlite3.Connection, lesson_id: int) -> str | None:
     return None if row is None or row[0] is None else str(row[0])
 
 
+def text_of(db: sqlite3.Connection, lesson_id: int) -> str | None:
+    """The lesson's sentence (None if no lesson has the id)."""
+    row = db.execute("SELECT text FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 def set_centroid(db: sqlite3.Connection, lesson_id: int, centroid: bytes | None) -> None:
     db.execute("UPDATE lessons SET centroid = ? WHERE id = ?", (centroid, lesson_id))
 
