@@ -194,14 +194,18 @@ class MeaningIndex:
         self.lookups += 1
         scores = rows.matrix @ vector
         threshold = join_threshold(HASHED_SPACE)
-        if text is None:
-            best_row = int(scores.argmax())
-            return int(rows.ids[best_row]) if scores[best_row] >= threshold else None
-        above = np.flatnonzero(scores >= threshold)  # a NaN score is never at it
-        if not len(above):
+        best_row = int(scores.argmax())  # the first of the highest; a NaN row if any, whose score is not at it
+        if not scores[best_row] >= threshold:
             return None
+        best = int(rows.ids[best_row])
+        if text is None:
+            return best
         mine = subject_words(text)
-        for row in above[np.argsort(-scores[above], kind="stable")].tolist():  # highest first, ties by row
+        if subjects_agree(mine, self._subject_of(best)):  # the common case: one look, as without the check
+            return best
+        # The closest names something else: the next closest at the threshold whose subject agrees.
+        above = np.flatnonzero(scores >= threshold)
+        for row in above[np.argsort(-scores[above], kind="stable")].tolist()[1:]:  # highest first, ties by row
             lesson_id = int(rows.ids[row])
             if subjects_agree(mine, self._subject_of(lesson_id)):
                 return lesson_id
