@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 else:
-    # numpy on first use: the daemon imports this module at start-up, and idle it receives nothing.
+    # numpy on first use: a receive of confirmations, revocations or duplicates alone never needs it.
     from neverest.lazy_numpy import numpy_for
 
     np = numpy_for(__name__)
