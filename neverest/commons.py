@@ -640,6 +640,11 @@ class Standing:
     direct: npt.NDArray[np.float32]  # lessons it claimed first that the root itself bore out
 
 
+# Every number multiplied here is a count or a trust share, finite by construction.  OpenBLAS now and then
+# leaves the FPU's "invalid" flag set after a product of such numbers (numpy issues 13173 and 24067,
+# OpenBLAS 1924), and numpy then printed "RuntimeWarning: invalid value encountered in matmul" on a user's
+# terminal (seen once in five runs of examples/share-by-folder.sh): a flag, not a NaN.
+@np.errstate(invalid="ignore")
 def standing(evidence: Evidence, roots: Sequence[int], config: TrustConfig = TrustConfig(),
              named: Sequence[Sequence[int]] = ()) -> Standing:
     """``earned`` for each root (column): which origins count, which corroborate, and the figures that say
