@@ -153,28 +153,29 @@ def test_a_lesson_that_names_another_subject_is_a_lesson_of_its_own(store: Store
     assert texts == [rg, python, timeout.format(1013)]
 
 
-def test_a_join_passes_over_a_closer_lesson_that_names_something_else(store: Store) -> None:
-    # Held: one lesson with a fix ("find"), one without; received: the same mistake with another fix ("fd").
-    # The first is closer (cosine 0.91 against 0.85) but names a fix the received one does not: the
-    # received one joins the second, whose words it holds all of.
+def _own_lessons(store: Store, *texts: str) -> None:
+    """Error lessons of this memory's own, in the hashed space, made as a night would hold them."""
     with store.write() as db:
-        for text in ("rg is not installed here (command not found); find works instead",
-                     "rg is not installed here (command not found)"):
+        for text in texts:
             lesson_queries.create(db, lesson_queries.NewLesson(
                 hash=lesson_hash("error", text), kind="error", text=text, cwd="", strength=0.5, seen=1,
                 created=iso(NOW), origin=OWN, layer="personal", space=HASHED_SPACE,
                 embedding=to_blob(hashed_vector(text)), centroid=None, origins=[OWN]))
+
+
+def test_a_join_passes_over_a_closer_lesson_that_names_something_else(store: Store) -> None:
+    # Held: one lesson with a fix ("find"), one without; received: the same mistake with another fix ("fd").
+    # The first is closer (cosine 0.91 against 0.85) but names a fix the received one does not: the
+    # received one joins the second, whose words it holds all of.
+    _own_lessons(store, "rg is not installed here (command not found); find works instead",
+                 "rg is not installed here (command not found)")
     fd = "rg is not installed here (command not found); fd works instead"
     assert take(store, lesson(key=KEYS[1], text=fd))["corroborated"] == 1
     joined = store.db.execute("SELECT l.text FROM lessons l JOIN lesson_origins o ON o.lesson_id = l.id "
                               "WHERE o.origin != ?", (OWN,)).fetchall()
     assert joined == [("rg is not installed here (command not found)",)]
     # Of two that agree, the closer: held now after them, the received lesson's own sentence.
-    with store.write() as db:
-        lesson_queries.create(db, lesson_queries.NewLesson(
-            hash=lesson_hash("error", fd), kind="error", text=fd, cwd="", strength=0.5, seen=1, created=iso(NOW),
-            origin=OWN, layer="personal", space=HASHED_SPACE, embedding=to_blob(hashed_vector(fd)), centroid=None,
-            origins=[OWN]))
+    _own_lessons(store, fd)
     assert take(store, lesson(key=KEYS[2], text=fd + " again"))["corroborated"] == 1
     fd_id = int(store.db.execute("SELECT id FROM lessons WHERE text = ?", (fd,)).fetchone()[0])
     assert lesson_queries.origins(store.db, fd_id) == sorted([OWN, origin_of(bytes(KEYS[2].verify_key))])

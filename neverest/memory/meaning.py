@@ -88,8 +88,8 @@ class MeaningIndex:
         self._longest: dict[str, float] = {}  # the longest held row's norm by kind (the margin scales with it)
         self._slots: dict[int, tuple[str, int]] = {}  # the caller's key of a planned lesson -> (kind, column)
         self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
-        self._unread: sqlite3.Connection | None = db  # the store, until the vectors are read from it
         self._db = db
+        self._unread = True  # the held vectors, until a lesson first needs them (``_read``)
         self._subjects: dict[int, frozenset[str]] = {}  # held lessons' subject words, read as a join needs them
 
     def _read(self) -> None:
@@ -99,10 +99,10 @@ class MeaningIndex:
         Read inside the write transaction, they leave out what it deleted or archived before (an origin
         the storage budget evicted, a revocation earlier in the batch); a lesson archived after the read
         stays in the index until the receive ends, as when they were read at its start."""
-        db, self._unread = self._unread, None
-        if db is None:
+        if not self._unread:
             return
-        rows = lessons.meaning_vectors(db, HASHED_SPACE)
+        self._unread = False
+        rows = lessons.meaning_vectors(self._db, HASHED_SPACE)
         kinds = {kind for _, kind, _ in rows}  # a handful: one pass per kind, in list comprehensions
         # One matrix per kind, decoded in a few numpy steps and taken as it is, with a quarter more rows of
         # room for the candidates the receive adds (no copy, no temporary of the same size): a Receiver is
@@ -187,13 +187,13 @@ class MeaningIndex:
         rows = self._rows.get(kind)
         if rows is None or not len(rows):
             return None
+        threshold = join_threshold(HASHED_SPACE)
         planned = self._planned(kind, key)
         # False for NaN (and for a margin made infinite by one): then the exact lookup decides.
-        if planned is not None and planned[0].bound(planned[1]) < join_threshold(HASHED_SPACE) - planned[0].margin:
+        if planned is not None and planned[0].bound(planned[1]) < threshold - planned[0].margin:
             return None
         self.lookups += 1
         scores = rows.matrix @ vector
-        threshold = join_threshold(HASHED_SPACE)
         best_row = int(scores.argmax())  # the first of the highest; a NaN row if any, whose score is not at it
         if not scores[best_row] >= threshold:
             return None
