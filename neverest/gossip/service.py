@@ -406,23 +406,24 @@ class Gossip:
         failure: list[Exception] = []
         done: list[ReceiveResult] = []  # what the deferred applies did, added to the total at the end
         applying = _Applying()
-        async with trio.open_nursery() as nursery:
-            for _ in range(MAX_CONTINUATIONS):
-                initiator, read = await self._exchange_once(url, origin, applying, nursery, done, failure)
-                result = initiator.result
-                origin = result.peer or origin
-                total = result if total is None else _merge(total, result)
-                applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer,
-                                     initiator.deferred_decoded, read or None, self._ahead(initiator.deferred)) \
-                    if initiator.deferred else _Applying()
-                if failure or result.error is not None or not result.more or result.is_self:
-                    break
-            if applying.records and not failure:
-                assert total is not None
-                async with self._using_store:
-                    applying = self._confirmed(applying, total)
-                if applying.records:
-                    await self._apply(applying, done, failure)
+        with self._view.keeping_meaning():
+            async with trio.open_nursery() as nursery:
+                for _ in range(MAX_CONTINUATIONS):
+                    initiator, read = await self._exchange_once(url, origin, applying, nursery, done, failure)
+                    result = initiator.result
+                    origin = result.peer or origin
+                    total = result if total is None else _merge(total, result)
+                    applying = _Applying(initiator.deferred, initiator.ahead, initiator.source, url, result.peer,
+                                         initiator.deferred_decoded, read or None, self._ahead(initiator.deferred)) \
+                        if initiator.deferred else _Applying()
+                    if failure or result.error is not None or not result.more or result.is_self:
+                        break
+                if applying.records and not failure:
+                    assert total is not None
+                    async with self._using_store:
+                        applying = self._confirmed(applying, total)
+                    if applying.records:
+                        await self._apply(applying, done, failure)
         assert total is not None
         self._close_reader()  # what the pull read through it is not kept in an idle daemon's pages
         if failure:

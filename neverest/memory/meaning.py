@@ -2,10 +2,13 @@
 corroborates it" (receive.py, PROTOCOL.md §9): the cosine of its sentence with a held lesson's sources is
 at least the join threshold, in the hashed space.
 
-``MeaningIndex`` answers that for every lesson received, exactly as one lookup per lesson would (one
-matrix-vector product over the held lessons of its kind), but plans a whole batch at once: one matrix
-product per kind scores the batch against the lessons held, and a lesson whose score is clearly under
-the threshold is answered from it.
+``MeaningIndex`` answers that for every lesson received.  The rule (``same_meaning``): of the held lessons
+of its kind whose subject agrees with it and whose cosine reaches the threshold, the closest; none if none.
+Two ways keep it from costing a matrix-vector product over every held lesson per record: a batch is
+planned against the lessons read from the store (one matrix product per kind; a lesson whose score is
+clearly under the threshold is answered from it), and the lessons added during the receive are indexed
+by their subject words, so only those whose subject can agree are compared (a pull into an empty store
+compares each new lesson with the few that share a word, not with every lesson before it).
 
 A cosine over words cannot tell two lessons written from one template apart: "rg is not installed here
 (command not found); find works instead" and "python is not installed here (command not found); python3
@@ -19,9 +22,9 @@ module or fix do not, and the received one becomes a candidate of its own.
 
 from __future__ import annotations
 
-import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import combinations
 from typing import TYPE_CHECKING, Final
 
 from neverest.memory.embed import DIM, HASHED_SPACE, VectorRows, join_threshold, stack, to_blob, to_blobs
@@ -39,34 +42,38 @@ else:
     np = numpy_for(__name__)
 
 
-def subject_words(text: str) -> frozenset[str]:
+Subjects = frozenset[str]
+
+
+def subject_words(text: str) -> Subjects:
     """The words of a lesson's sentence that can say what it is about: the hashed space's words, without
     filler and the words generic to failures (``keyterms.GENERIC``), numbers and single letters (a time
     out after 1013 or 30000 milliseconds is one lesson)."""
     return frozenset(w for w in words(text) if len(w) > 1 and w not in GENERIC and not w.isdigit())
 
 
-def subjects_agree(one: frozenset[str], other: frozenset[str]) -> bool:
+def subjects_agree(one: Subjects, other: Subjects) -> bool:
     """Whether two sentences' ``subject_words`` allow them to be one lesson: at most one names what the other
     does not."""
     return one <= other or other <= one
 
 
 class MeaningIndex:
-    """The held lessons' vectors (hashed space) by kind, read once per Receiver, when a lesson first needs them.
+    """The held lessons' vectors (hashed space) by kind, read once per Receiver, when a lesson first needs them,
+    and the lessons added since, with their subject words.
 
-    Looking up "the same meaning" for every received lesson against a matrix kept in
-    memory, instead of reading every lesson's vector from the store each time, keeps
-    receiving linear in the number of records read from the store.
+    Looking up "the same meaning" for every received lesson against matrices kept in memory, instead of
+    reading every lesson's vector from the store each time, keeps receiving linear in the records read.
 
-    ``same_meaning`` alone is one matrix-vector product over every held lesson of the kind
-    per record: a pull of distinct lessons into a large store pays that for each of them
-    (207 µs a record at 10 000 lessons, docs/figures.md).  So ``plan`` scores a whole batch
-    first, one matrix product per kind (the held lessons against the batch's vectors, and
-    the batch against itself for the candidates it will add), and a record whose best score
-    is clearly under the join threshold is answered from that; only a record at or near it
-    is looked up as before, with the same product on the same rows, so the decisions (the
-    lesson joined, or none) are those of the record-by-record lookup, never approximations.
+    Compared one by one, every received lesson would cost a matrix-vector product over every held lesson
+    of its kind: a pull of distinct lessons into a large store paid that for each (207 µs a record at
+    10 000 lessons, docs/figures.md).  So, for the lessons read from the store, ``plan`` scores a whole
+    batch first, one matrix product per kind, and a record whose best score is clearly under the threshold
+    is answered from that; only one at or near it is compared as before.  The lessons added during the
+    receive (a pull into an empty store adds thousands) are indexed by their subject words: a lesson can
+    join only one whose subject agrees with its own, and such a subject shares a word with it, holds no
+    word at all, or holds only words of it, which the index finds without a product over the rest.
+    Either way the decision is the rule's (``same_meaning``), never an approximation of it.
     """
 
     # How far under the join threshold a batch score must be to answer "none" from it.  Both
@@ -74,23 +81,19 @@ class MeaningIndex:
     # of norm at most 1 over 256 dimensions they differ by at most about 3e-5 (twice the
     # rounding bound 256 × 2^-24), so 1e-3 leaves a wide margin (scaled for longer rows).
     _MARGIN: Final = 1e-3
-    # A kind with fewer lessons held and arriving together than this is looked up record by record: its
+    # A kind with fewer lessons read and arriving together than this is compared record by record: its
     # product is cheaper than the plan's bookkeeping (about 1 µs a record), the common case of memories
-    # in step, where a few records arrive at once.  A large batch is planned even with few or no lessons
-    # of its kind held, its lessons then compared with one another in one product: a pull into an empty
-    # store looked up its first 2 000 lessons one by one, each against all those before it (10 µs a
-    # lesson in a pull of 5 000).
+    # in step, where a few records arrive at once.
     _PLAN_MIN_ROWS: Final = 64
 
     def __init__(self, db: sqlite3.Connection) -> None:
-        self._rows: dict[str, VectorRows] = {}
+        self._kinds: dict[str, _Held] = {}
         self._plans: dict[str, _KindPlan] = {}
-        self._longest: dict[str, float] = {}  # the longest held row's norm by kind (the margin scales with it)
         self._slots: dict[int, tuple[str, int]] = {}  # the caller's key of a planned lesson -> (kind, column)
-        self.lookups = 0  # matrix-vector lookups made (the plan answers the rest): what the batch saves
+        self.lookups = 0  # matrix-vector products made (what the plan and the subject index save)
         self._db = db
         self._unread = True  # the held vectors, until a lesson first needs them (``_read``)
-        self._subjects: dict[int, frozenset[str]] = {}  # held lessons' subject words, read as a join needs them
+        self._read_subjects: dict[int, Subjects] = {}  # the lessons read: their subjects, as a join needs them
 
     def _read(self) -> None:
         """Read the held lessons' vectors, the first time a lesson needs them.  A receive of confirmations,
@@ -111,42 +114,36 @@ class MeaningIndex:
             mine = rows if len(kinds) == 1 else [row for row in rows if row[1] == kind]
             kind_blobs = [row[2] for row in mine]
             matrix = stack(kind_blobs, DIM, spare_rows=max(64, len(kind_blobs) // 4))
-            self._rows[kind] = VectorRows(DIM, [row[0] for row in mine], matrix)
             vectors = matrix[:len(kind_blobs)]
             norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
-            norms = norms[~np.isnan(norms)]  # as ``add`` leaves a NaN row out of the bound
-            self._longest[kind] = float(norms.max()) if len(norms) else 0.0
+            norms = norms[~np.isnan(norms)]  # a NaN row's NaN scores send its batch to the exact lookup anyway
+            self._kinds[kind] = _Held(VectorRows(DIM, [row[0] for row in mine], matrix),
+                                      float(norms.max()) if len(norms) else 0.0)
 
     def held(self) -> int:
         """Lessons held, of every kind."""
         self._read()
-        return sum(len(rows) for rows in self._rows.values())
+        return sum(len(held.rows) for held in self._kinds.values())
 
-    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], key: int | None = None,
-            text: str | None = None) -> None:
-        """A lesson held from now on; ``key``: the planned lesson it was made from (``plan``); ``text``: its
-        sentence (else read from the store when a join needs it)."""
+    def current(self) -> bool:
+        """Whether the index holds exactly the lessons a new one would read from the store now, so that the
+        next receive may go on with it (``gossip.view``; nothing may write between them).  A receive only adds
+        lessons (each one to the index too) or archives and deletes them (left in the index): the same count
+        means the same lessons.  Unread, it reads them when needed, as a new one would."""
+        return self._unread or self.held() == lessons.meaning_count(self._db, HASHED_SPACE)
+
+    def add(self, kind: str, lesson_id: int, vector: npt.NDArray[np.float32], subjects: Subjects) -> None:
+        """A lesson held from now on, with its sentence's ``subject_words``."""
         self._read()
-        if text is not None:
-            self._subjects[lesson_id] = subject_words(text)
-        rows = self._rows.get(kind)
-        if rows is None:
-            rows = self._rows[kind] = VectorRows(DIM)
-        rows.add(lesson_id, vector)
-        norm = float(np.sqrt(vector @ vector))
-        # (A NaN row needs no bound: its NaN scores send the whole kind to the exact lookup.)
-        self._longest[kind] = max(self._longest.get(kind, 0.0), norm)
-        planned = self._planned(kind, key)
-        if planned is not None:
-            planned[0].added(planned[1])
-        elif kind in self._plans:  # a row the plan did not score: its answers would miss it, so the exact lookup
-            del self._plans[kind]  # decides
+        held = self._kinds.get(kind)
+        if held is None:
+            held = self._kinds[kind] = _Held(VectorRows(DIM), 0.0)
+        held.add(lesson_id, vector, subjects)
 
     def plan(self, batch: Sequence[tuple[int, str, npt.NDArray[np.float32]]]) -> None:
-        """Score a batch of lessons about to be applied, as (key, kind, vector), replacing the last
-        plan: ``same_meaning(..., key=key)`` is then answered from these scores when they are clearly
-        under the threshold.  The lessons of the batch that become candidates must be ``add``ed with
-        their key, in order, as ``same_meaning`` would see them."""
+        """Score a batch of lessons about to be applied, as (key, kind, vector), against the lessons read,
+        replacing the last plan: ``same_meaning(..., key=key)`` then compares a lesson with the lessons read
+        only when its score is not clearly under the threshold."""
         self._plans, self._slots = {}, {}
         if not batch:
             return
@@ -155,15 +152,16 @@ class MeaningIndex:
         for key, kind, vector in batch:
             by_kind.setdefault(kind, []).append((key, vector))
         for kind, items in by_kind.items():
-            rows = self._rows.get(kind)
-            if (len(rows) if rows is not None else 0) + len(items) < self._PLAN_MIN_ROWS:
-                continue
+            held = self._kinds.get(kind)
+            read = held.read if held is not None else 0
             vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
-            held = rows.matrix if rows is not None else np.zeros((0, DIM), dtype=np.float32)
-            norms = np.sqrt((vectors * vectors).sum(axis=1))
-            longest = max(1.0, float(np.max(norms)) if not np.isnan(norms).any() else np.inf,
-                          self._longest.get(kind, 0.0))
-            self._plans[kind] = _KindPlan(_best_cosines(held, vectors), vectors, self._MARGIN * longest * longest)
+            read_best, margin = None, 0.0
+            if held is not None and read and read + len(items) >= self._PLAN_MIN_ROWS:
+                norms = np.sqrt((vectors * vectors).sum(axis=1))
+                longest = max(1.0, float(np.max(norms)) if not np.isnan(norms).any() else np.inf, held.read_longest)
+                read_best = _best_cosines(held.rows.matrix[:read], vectors)
+                margin = self._MARGIN * longest * longest
+            self._plans[kind] = _KindPlan(vectors, read_best, margin)
             for column, (key, _) in enumerate(items):
                 self._slots[key] = (kind, column)
 
@@ -178,49 +176,142 @@ class MeaningIndex:
         planned = self._planned(kind, key)
         return planned[0].blob(planned[1]) if planned is not None else to_blob(vector)
 
-    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], key: int | None = None,
-                     text: str | None = None) -> int | None:
-        """A held lesson of ``kind`` whose sources (or sentence) mean what ``vector`` says: the one of highest
-        cosine at or above the join threshold, and, given the sentence ``text``, whose subject agrees with it
-        (``subjects_agree``).  ``key``: the lesson's key in the last ``plan``, whose scores may answer for it."""
+    def same_meaning(self, kind: str, vector: npt.NDArray[np.float32], subjects: Subjects,
+                     key: int | None = None) -> int | None:
+        """The held lesson of ``kind`` that the lesson of ``vector`` and ``subjects`` (its sentence's
+        ``subject_words``) means: of those whose subject agrees with it (``subjects_agree``) and whose cosine
+        reaches the join threshold, the highest, the first held on a tie; None if none.  ``key``: the
+        lesson's key in the last ``plan``, whose scores may answer for the lessons read."""
         self._read()
-        rows = self._rows.get(kind)
-        if rows is None or not len(rows):
+        held = self._kinds.get(kind)
+        if held is None or not len(held.rows):
             return None
         threshold = join_threshold(HASHED_SPACE)
-        planned = self._planned(kind, key)
-        # False for NaN (and for a margin made infinite by one): then the exact lookup decides.
-        if planned is not None and planned[0].bound(planned[1]) < threshold - planned[0].margin:
-            return None
-        self.lookups += 1
-        scores = rows.matrix @ vector
-        best_row = int(scores.argmax())  # the first of the highest; a NaN row if any, whose score is not at it
-        if not scores[best_row] >= threshold:
-            return None
-        best = int(rows.ids[best_row])
-        if text is None:
-            return best
-        mine = subject_words(text)
-        if subjects_agree(mine, self._subject_of(best)):  # the common case: one look, as without the check
-            return best
-        # The closest names something else: the next closest at the threshold whose subject agrees.
-        above = np.flatnonzero(scores >= threshold)
-        for row in above[np.argsort(-scores[above], kind="stable")].tolist()[1:]:  # highest first, ties by row
-            lesson_id = int(rows.ids[row])
-            if subjects_agree(mine, self._subject_of(lesson_id)):
-                return lesson_id
-        return None
+        best: tuple[float, int] | None = None  # (cosine, row)
+        if held.read:
+            planned = self._planned(kind, key)
+            if planned is None or not planned[0].clear(planned[1], threshold):
+                self.lookups += 1
+                best = _closest(held.rows.matrix[:held.read] @ vector, 0, threshold,
+                                lambda row: subjects_agree(subjects, self._subject_of(int(held.rows.ids[row]))))
+        if len(held.rows) > held.read:
+            rows = held.agreeing(subjects)
+            if rows is None:  # a word most of them hold: one product, then the subjects of those at the threshold
+                self.lookups += 1
+                found = _closest(held.rows.matrix[held.read:] @ vector, held.read, threshold,
+                                 lambda row: subjects_agree(subjects, held.subjects[row - held.read]))
+            else:
+                found = _closest_of(held.rows.matrix[rows] @ vector, rows, threshold) if rows else None
+            if found is not None and (best is None or found[0] > best[0]):  # rows read come first: a tie is theirs
+                best = found
+        return None if best is None else int(held.rows.ids[best[1]])
 
-    def _subject_of(self, lesson_id: int) -> frozenset[str]:
-        found = self._subjects.get(lesson_id)
+    def _subject_of(self, lesson_id: int) -> Subjects:
+        found = self._read_subjects.get(lesson_id)
         if found is None:
             text = lessons.text_of(self._db, lesson_id)
-            found = self._subjects[lesson_id] = subject_words(text) if text is not None else frozenset()
+            found = self._read_subjects[lesson_id] = subject_words(text) if text is not None else frozenset()
         return found
 
 
-# Held rows scored at a time: the product of every held row with the batch would be a temporary of
-# held × batch floats (144 MB at 18 000 lessons and a batch of 2 000); 2 048 rows keep it at 16 MB,
+def _closest(scores: npt.NDArray[np.float32], first: int, threshold: float,
+             agrees: Callable[[int], bool]) -> tuple[float, int] | None:
+    """The (score, row) of the highest score at ``threshold`` or above whose row ``agrees``, the first row on a
+    tie; ``scores[k]`` is row ``first + k``'s.  A NaN score is never at the threshold."""
+    above = np.flatnonzero(scores >= threshold)
+    if not len(above):
+        return None
+    # Highest first, ties by row; the closest agrees in the common case, one look.
+    for k in above[np.argsort(-scores[above], kind="stable")].tolist():
+        if agrees(first + k):
+            return float(scores[k]), first + k
+    return None
+
+
+def _closest_of(scores: npt.NDArray[np.float32], rows: list[int], threshold: float) -> tuple[float, int] | None:
+    """As ``_closest`` for rows that all agree, ``scores[k]`` being ``rows[k]``'s, ``rows`` ascending."""
+    best = int(np.argmax(np.where(scores >= threshold, scores, -np.inf)))  # the first of the highest
+    return (float(scores[best]), rows[best]) if scores[best] >= threshold else None
+
+
+# The rows that agree are compared one by one only while they are at most this share of the lessons added (and
+# more than a few): a sentence naming only "python", in a memory of Python projects, agrees with most of them,
+# and then one product over all of them is quicker.  A sentence of more subject words than ``_PAIRED_WORDS``
+# is compared with every lesson added too: the index looks up each pair of its words.
+_INDEXED_SHARE: Final = 0.25
+_INDEXED_ALWAYS: Final = 64
+_PAIRED_WORDS: Final = 24
+
+
+class _Held:
+    """One kind's held lessons: their vectors, the first ``read`` of them read from the store (their subjects
+    read when a join needs them), and for the rows added since, their subject words indexed."""
+
+    def __init__(self, rows: VectorRows, read_longest: float) -> None:
+        self.rows = rows
+        self.read = len(rows)
+        self.read_longest = read_longest  # the longest row read (the plan's margin scales with it)
+        self.subjects: list[Subjects] = []  # of row read + k, for each row added
+        self._words: dict[str, set[int]] = {}  # subject word -> the rows added whose subject holds it
+        self._single: dict[str, list[int]] = {}  # word -> the rows added whose subject is that word alone
+        self._pairs: dict[tuple[str, str], list[int]] = {}  # the first two words of a subject (sorted) -> rows
+        self._bare: list[int] = []  # rows added without a subject word: they agree with every sentence
+
+    def add(self, lesson_id: int, vector: npt.NDArray[np.float32], subjects: Subjects) -> None:
+        row = len(self.rows)
+        self.rows.add(lesson_id, vector)
+        self.subjects.append(subjects)
+        if not subjects:
+            self._bare.append(row)
+            return
+        for word in subjects:
+            self._words.setdefault(word, set()).add(row)
+        if len(subjects) == 1:
+            self._single.setdefault(next(iter(subjects)), []).append(row)
+        else:
+            first, second = sorted(subjects)[:2]
+            self._pairs.setdefault((first, second), []).append(row)
+
+    def agreeing(self, subjects: Subjects) -> list[int] | None:
+        """The rows added whose subject agrees with ``subjects``, ascending; None when the rows to compare are
+        too many for the index (every row agrees with a sentence without subject words).
+
+        A subject agrees when it holds every word of ``subjects`` (the rows in each of their words' sets),
+        when it holds only words of them (then its one word, or its first two, are among them), or when it
+        holds none (``_bare``).  Sets and look-ups: a lesson new to the memory meets no row in a few µs."""
+        if not subjects or len(subjects) > _PAIRED_WORDS:
+            return None
+        found: list[int] = []
+        holding: list[set[int]] = []
+        for word in subjects:
+            rows = self._words.get(word)
+            if rows is None:  # a word no lesson added holds: none holds all of them
+                break
+            holding.append(rows)
+        else:
+            holding.sort(key=len)
+            common = holding[0] if len(holding) == 1 else holding[0] & holding[1]
+            for rows in holding[2:]:
+                if not common:
+                    break
+                common = common & rows
+            found += common
+        # The look-ups in C (map, filter, combinations): a Python loop over a sentence's pairs cost 4 µs.
+        for rows_of_one in filter(None, map(self._single.get, subjects)):
+            found += rows_of_one
+        if self._pairs:
+            mine, first = self.subjects, self.read
+            for paired in filter(None, map(self._pairs.get, combinations(sorted(subjects), 2))):
+                found += [row for row in paired if mine[row - first] <= subjects]
+        found += self._bare
+        if not found:
+            return found
+        agreeing = sorted(set(found))
+        return agreeing if len(agreeing) <= max(_INDEXED_ALWAYS, len(self.subjects) * _INDEXED_SHARE) else None
+
+
+# Rows read scored at a time: the product of every row with the batch would be a temporary of
+# rows × batch floats (144 MB at 18 000 lessons and a batch of 2 000); 2 048 rows keep it at 16 MB,
 # and the maxima are the same numbers (each cosine is computed alike, and max is exact).
 _PLAN_ROWS: Final = 2048
 
@@ -234,40 +325,20 @@ def _best_cosines(held: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32
 
 
 class _KindPlan:
-    """One kind's scores in a planned batch (``MeaningIndex.plan``)."""
+    """One kind's lessons in a planned batch (``MeaningIndex.plan``)."""
 
-    def __init__(self, held_best: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32], margin: float) -> None:
-        # Per planned lesson, its best cosine with the lessons held when the batch was planned.  A NaN
-        # (a maximum keeps one) sends that lesson to the exact lookup.
-        self.held_best = held_best
+    def __init__(self, vectors: npt.NDArray[np.float32], read_best: npt.NDArray[np.float32] | None,
+                 margin: float) -> None:
         self.vectors = vectors
+        # Per planned lesson, its best cosine with the lessons read (NaN if any was NaN), when scored.
+        self.read_best = read_best
         self.margin = margin
-        self._earlier: npt.NDArray[np.float32] | None = None  # with the planned lessons before each
-        self._last_added = -1  # the column of the last planned lesson added
         self._blobs: list[bytes] | None = None
 
-    def bound(self, column: int) -> float:
-        """At least the best cosine of the planned lesson at ``column`` with every lesson held now, or NaN
-        when the plan cannot tell (a lesson at or after it was added first: the exact lookup decides).
-
-        Once a planned lesson is held, the bound counts every planned lesson before ``column``, added or not
-        (they joined a held one): a superset of what is held, so a bound under the threshold still means
-        none is at it.  Exact would take a maximum over the batch at every lesson added (11 µs a lesson in
-        a pull of new ones, docs/figures.md); the superset is one product per batch, and only a lesson
-        whose bound reaches the margin is looked up, with the same product as before."""
-        held = float(self.held_best[column])
-        if self._last_added < 0:
-            return held
-        if self._last_added >= column:
-            return math.nan
-        if self._earlier is None:
-            self._earlier = _best_earlier(self.vectors)
-        earlier = float(self._earlier[column])
-        return earlier if earlier > held or math.isnan(earlier) else held  # NaN if either is
-
-    def added(self, column: int) -> None:
-        """The planned lesson at ``column`` is held from now on."""
-        self._last_added = max(self._last_added, column)
+    def clear(self, column: int, threshold: float) -> bool:
+        """Whether the planned lesson at ``column`` is clearly under ``threshold`` with every lesson read
+        (False for NaN: then the exact lookup decides)."""
+        return self.read_best is not None and float(self.read_best[column]) < threshold - self.margin
 
     def blob(self, column: int) -> bytes:
         """The planned lesson's vector as the store keeps it: those of every planned lesson, made the first
@@ -275,21 +346,3 @@ class _KindPlan:
         if self._blobs is None:
             self._blobs = to_blobs(self.vectors)
         return self._blobs[column]
-
-
-# Planned lessons compared with those before them this many at a time: a square block's lower half is
-# computed and thrown away, so smaller blocks waste less (half of the whole product is needed).
-_EARLIER_BLOCK: Final = 256
-
-
-def _best_earlier(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Per row of ``vectors``, its largest dot product with a row before it (-inf for the first; NaN if any is)."""
-    n = len(vectors)
-    best = np.full(n, -np.inf, dtype=np.float32)
-    later = np.tril(np.ones((_EARLIER_BLOCK, _EARLIER_BLOCK), dtype=bool))  # row >= column: not before it
-    for start in range(0, n, _EARLIER_BLOCK):
-        end = min(n, start + _EARLIER_BLOCK)
-        block = vectors[:end] @ vectors[start:end].T
-        block[start:end][later[:end - start, :end - start]] = -np.inf
-        best[start:end] = block.max(axis=0)
-    return best

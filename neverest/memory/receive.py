@@ -66,7 +66,7 @@ from neverest.memory.embed import (
     HashedEmbedder,
     hashed_vector,
 )
-from neverest.memory.meaning import MeaningIndex
+from neverest.memory.meaning import MeaningIndex, subject_words
 from neverest.memory.queries import lessons
 
 # ReceiveResult, POLICY_REFUSALS and UNSCRUBBED live in memory/received.py (light enough for an idle daemon's
@@ -140,7 +140,8 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         return
     if vector is None:
         vector = hashed_vector(fields["text"])
-    similar = index.same_meaning(fields["kind"], vector, key, fields["text"])
+    subjects = subject_words(fields["text"])
+    similar = index.same_meaning(fields["kind"], vector, subjects, key)
     if similar is not None:
         if _raise(db, similar, record.origin, config, now):
             result.corroborated += 1
@@ -152,7 +153,7 @@ def _apply_lesson(db: sqlite3.Connection, record: Record, own_origin: str, confi
         seen=fields["seen"], created=iso(now), origin=record.origin, layer=layer_of(record.origin, config),
         space=HASHED_SPACE, embedding=index.blob(fields["kind"], vector, key), centroid=None, origins=[record.origin]))
     result.candidates += 1
-    index.add(fields["kind"], lesson_id, vector, key, fields["text"])
+    index.add(fields["kind"], lesson_id, vector, subjects)
     # Confirmations that arrived before the lesson count now.
     for confirmer in ([] if unknown else holdings.confirmers(db, record.target)):
         if confirmer not in (record.origin, own_origin) and _raise(db, lesson_id, confirmer, config, now):
@@ -265,12 +266,13 @@ class Receiver:
 
     def __init__(self, store: Store, *, own_origin: str, config: Config, now: datetime,
                  pool: VerifyPool | Literal["shared"] | None = "shared", pool_min_lines: int = POOL_MIN_LINES,
-                 lookahead: Callable[[], Lookahead | None] | None = None) -> None:
+                 lookahead: Callable[[], Lookahead | None] | None = None, index: MeaningIndex | None = None) -> None:
         """``lookahead``: where to find the lines of the receive after this one, if they are known by the
-        time this one has sent all of its own to the verifying processes (``Lookahead``)."""
+        time this one has sent all of its own to the verifying processes (``Lookahead``).  ``index``: the
+        last receive's meaning index (``meaning_index``), when it is ``current`` and nothing wrote since."""
         self.store, self.own_origin, self.config, self.now = store, own_origin, config, now
         self._lookahead = lookahead
-        self._index = MeaningIndex(store.db)
+        self.meaning_index = index if index is not None else MeaningIndex(store.db)
         self._pending: list[_Pending] = []
         self._pending_bytes = 0  # of the records in ``_pending``
         if pool == "shared":
@@ -418,7 +420,7 @@ class Receiver:
             unknown = holdings.unknown_targets(db, {p.item.target for p in self._pending
                                                     if isinstance(p.item, Record)})
             # The same-meaning check of the whole batch in one matrix product per kind.
-            self._index.plan([(k, p.item.fields["kind"], vector)
+            self.meaning_index.plan([(k, p.item.fields["kind"], vector)
                               for k, (p, vector) in enumerate(zip(self._pending, vectors, strict=True))
                               if isinstance(p.item, Record) and p.item.type == "lesson" and k not in over
                               and vector is not None and p.item.origin != self.own_origin])
@@ -468,7 +470,7 @@ class Receiver:
             result.older += 1
         else:
             result.accepted += 1
-            _apply(db, item, self.own_origin, self.config, self.now, result, self._index, vector, first,
+            _apply(db, item, self.own_origin, self.config, self.now, result, self.meaning_index, vector, first,
                    key)
         return None
 

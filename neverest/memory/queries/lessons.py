@@ -306,9 +306,17 @@ def meaning_vectors(db: sqlite3.Connection, space: str) -> list[tuple[int, str, 
     """(id, kind, centroid or else sentence vector) of every unarchived lesson in ``space``."""
     # The rows as SQLite gives them (INTEGER, TEXT, BLOB: int, str, bytes already): a receive reads them all.
     rows: list[tuple[int, str, bytes]] = db.execute(
-        "SELECT id, kind, COALESCE(centroid, embedding) FROM lessons WHERE archived = 0 AND space = ? "
-        "AND COALESCE(centroid, embedding) IS NOT NULL", (space,)).fetchall()
+        f"SELECT id, kind, COALESCE(centroid, embedding) FROM lessons WHERE {_MEANING_ROWS} ORDER BY id",
+        (space,)).fetchall()
     return rows
+
+
+def meaning_count(db: sqlite3.Connection, space: str) -> int:
+    """How many lessons ``meaning_vectors`` would read."""
+    return int(db.execute(f"SELECT count(*) FROM lessons WHERE {_MEANING_ROWS}", (space,)).fetchone()[0])
+
+
+_MEANING_ROWS: Final = "archived = 0 AND space = ? AND COALESCE(centroid, embedding) IS NOT NULL"
 
 
 class Arrival(NamedTuple):
