@@ -22,6 +22,7 @@ module or fix do not, and the received one becomes a candidate of its own.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from itertools import combinations
@@ -201,7 +202,7 @@ class MeaningIndex:
                 found = _closest(held.rows.matrix[held.read:] @ vector, held.read, threshold,
                                  lambda row: subjects_agree(subjects, held.subjects[row - held.read]))
             else:
-                found = _closest_of(held.rows.matrix[rows] @ vector, rows, threshold) if rows else None
+                found = _closest_of(held.rows.matrix, rows, vector, threshold) if rows else None
             if found is not None and (best is None or found[0] > best[0]):  # rows read come first: a tie is theirs
                 best = found
         return None if best is None else int(held.rows.ids[best[1]])
@@ -228,9 +229,19 @@ def _closest(scores: npt.NDArray[np.float32], first: int, threshold: float,
     return None
 
 
-def _closest_of(scores: npt.NDArray[np.float32], rows: list[int], threshold: float) -> tuple[float, int] | None:
-    """As ``_closest`` for rows that all agree, ``scores[k]`` being ``rows[k]``'s, ``rows`` ascending."""
-    best = int(np.argmax(np.where(scores >= threshold, scores, -np.inf)))  # the first of the highest
+def _closest_of(matrix: npt.NDArray[np.float32], rows: list[int], vector: npt.NDArray[np.float32],
+                threshold: float) -> tuple[float, int] | None:
+    """As ``_closest`` for ``rows`` (ascending) of ``matrix`` that all agree.  (A product of the few rows an
+    index finds costs more in numpy's calls than in arithmetic: one row is one dot product, and the maximum
+    is taken without a masked copy unless a NaN row is among them.)"""
+    if len(rows) == 1:
+        score = float(matrix[rows[0]] @ vector)
+        return (score, rows[0]) if score >= threshold else None
+    scores = matrix.take(rows, axis=0) @ vector
+    best = int(scores.argmax())  # the first of the highest; the first NaN if any (a row a lying worker sent)
+    if math.isnan(scores[best]):
+        scores[np.isnan(scores)] = -np.inf
+        best = int(scores.argmax())
     return (float(scores[best]), rows[best]) if scores[best] >= threshold else None
 
 
@@ -241,6 +252,8 @@ def _closest_of(scores: npt.NDArray[np.float32], rows: list[int], threshold: flo
 _INDEXED_SHARE: Final = 0.25
 _INDEXED_ALWAYS: Final = 64
 _PAIRED_WORDS: Final = 24
+_ANSWERS_KEPT: Final = 4096  # ``_Held._answers`` at most (a pull that only joins asks many, and adds nothing)
+_UNANSWERED: Final = object()
 
 
 class _Held:
@@ -256,11 +269,16 @@ class _Held:
         self._single: dict[str, list[int]] = {}  # word -> the rows added whose subject is that word alone
         self._pairs: dict[tuple[str, str], list[int]] = {}  # the first two words of a subject (sorted) -> rows
         self._bare: list[int] = []  # rows added without a subject word: they agree with every sentence
+        # ``agreeing``'s answers since a row was last added, by subject: lessons of one meaning from many
+        # origins (numbers aside) ask the same question until one of them becomes a candidate.
+        self._answers: dict[Subjects, list[int] | None] = {}
 
     def add(self, lesson_id: int, vector: npt.NDArray[np.float32], subjects: Subjects) -> None:
         row = len(self.rows)
         self.rows.add(lesson_id, vector)
         self.subjects.append(subjects)
+        if self._answers:
+            self._answers.clear()
         if not subjects:
             self._bare.append(row)
             return
@@ -281,6 +299,14 @@ class _Held:
         holds none (``_bare``).  Sets and look-ups: a lesson new to the memory meets no row in a few µs."""
         if not subjects or len(subjects) > _PAIRED_WORDS:
             return None
+        answer = self._answers.get(subjects, _UNANSWERED)
+        if answer is _UNANSWERED:
+            if len(self._answers) >= _ANSWERS_KEPT:
+                self._answers.clear()
+            answer = self._answers[subjects] = self._agreeing(subjects)
+        return answer  # type: ignore[return-value]  # (not _UNANSWERED here)
+
+    def _agreeing(self, subjects: Subjects) -> list[int] | None:
         found: list[int] = []
         holding: list[set[int]] = []
         for word in subjects:
