@@ -399,3 +399,38 @@ def test_a_lesson_archived_by_a_receive_is_not_met_by_the_next_one(tmp_path: Pat
         second = view.receive([again.raw], source="test", now=now).result
     assert second.candidates == 1 and second.corroborated == 0
     assert [r[0] for r in store.db.execute("SELECT archived FROM lessons ORDER BY id")] == [1, 0]
+
+
+def test_a_commit_by_another_connection_during_a_receive_ends_the_handover(tmp_path: Path) -> None:
+    # Another process (a night, a command) may commit while a receive runs: what it changed is not in the
+    # index, so the next receive reads the lessons again, even though their count comes out the same here.
+    from neverest.gossip.view import SqliteView
+
+    store = open_store(tmp_path)
+    _held(store, 4, 20)
+    other = open_store(tmp_path)
+    view = SqliteView(store, own_origin="f" * 16, config=Config(verify_processes=0))
+    key = nacl.signing.SigningKey(b"\x0a" * 32)
+    texts = _random_words(random.Random(10), 20)
+    lines = [sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z",
+                         seq=k + 1).raw for k, text in enumerate(texts)]
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    now = datetime(2026, 4, 1, 12, tzinfo=UTC)
+
+    class Meddling(list[bytes]):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            with other.write() as db:  # while the receive reads its lines: one lesson archived, one added
+                db.execute("UPDATE lessons SET archived = 1 WHERE id = 2")
+                lesson_queries.create(db, lesson_queries.NewLesson(
+                    hash=lesson_hash("error", "added meanwhile"), kind="error", text="added meanwhile", cwd="",
+                    strength=0.5, seen=1, created="2026-04-01T00:00:00.000000Z", origin="b" * 16, layer="common",
+                    space=HASHED_SPACE, embedding=to_blob(np.ones(DIM, np.float32) / 16), centroid=None))
+            return super().__iter__()
+
+    with view.keeping_meaning():
+        view.receive(lines[:10], source="test", now=now)
+        view.receive(Meddling(lines[10:15]), source="test", now=now)
+        view.receive(lines[15:], source="test", now=now)
+    assert sum("SELECT id, kind, COALESCE(centroid, embedding)" in s for s in statements) == 2
+    other.close()

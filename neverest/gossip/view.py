@@ -235,7 +235,9 @@ class SqliteView:
                       index=kept[1] if kept is not None and kept[0] == before else None) as receiver:
             result = receiver.receive(records, source=source, decoded=decoded, verified_ahead=verified_ahead)
         after = self.store.data_version()
-        if self._keepers and receiver.meaning_index.current():
+        # Kept only if no other connection committed meanwhile (the first half: its lessons may have changed
+        # under the index) and the index holds what a new one would read.
+        if self._keepers and after[0] == before[0] and receiver.meaning_index.current():
             self._meaning = after, receiver.meaning_index
         return Received(result, frozenset(receiver.origins | receiver.gate.touched), before, after)
 
