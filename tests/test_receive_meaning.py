@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -342,6 +343,20 @@ def test_a_first_batch_into_an_empty_store_is_compared_by_subject_words(tmp_path
     assert index.lookups == 0 and index.held() == 500
 
 
+def _lessons_signed(key_byte: bytes, seed: int, n: int) -> list[bytes]:
+    """``n`` lessons of words no other shares, signed by the key of ``key_byte``."""
+    key = nacl.signing.SigningKey(key_byte * 32)
+    return [sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z",
+                        seq=k + 1).raw for k, text in enumerate(_random_words(random.Random(seed), n))]
+
+
+def _vector_reads(store: Store) -> Callable[[], int]:
+    """A count of the times the held lessons' vectors are read through ``store``'s connection from now on."""
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    return lambda: sum("SELECT id, kind, COALESCE(centroid, embedding)" in s for s in statements)
+
+
 def test_a_pull_hands_its_meaning_index_from_one_answer_to_the_next(tmp_path: Path) -> None:
     # Inside ``keeping_meaning`` (one exchange), each receive goes on with the index the one before left,
     # unless something wrote in between; outside it, or after a write, the held lessons are read again.
@@ -350,16 +365,8 @@ def test_a_pull_hands_its_meaning_index_from_one_answer_to_the_next(tmp_path: Pa
     store = open_store(tmp_path)
     _held(store, 3, 100)
     view = SqliteView(store, own_origin="f" * 16, config=Config(verify_processes=0))
-    key = nacl.signing.SigningKey(b"\x07" * 32)
-    texts = _random_words(random.Random(9), 60)
-    lines = [sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z",
-                         seq=k + 1).raw for k, text in enumerate(texts)]
-    statements: list[str] = []
-    store.db.set_trace_callback(statements.append)
-
-    def reads() -> int:
-        return sum("SELECT id, kind, COALESCE(centroid, embedding)" in s for s in statements)
-
+    lines = _lessons_signed(b"\x07", 9, 60)
+    reads = _vector_reads(store)
     now = datetime(2026, 4, 1, 12, tzinfo=UTC)
     with view.keeping_meaning():
         for start in (0, 10, 20):
@@ -410,12 +417,8 @@ def test_a_commit_by_another_connection_during_a_receive_ends_the_handover(tmp_p
     _held(store, 4, 20)
     other = open_store(tmp_path)
     view = SqliteView(store, own_origin="f" * 16, config=Config(verify_processes=0))
-    key = nacl.signing.SigningKey(b"\x0a" * 32)
-    texts = _random_words(random.Random(10), 20)
-    lines = [sign_lesson(key, kind="error", text=text, seen=1, strength=1.0, updated="2026-04-01T00:00:00.000000Z",
-                         seq=k + 1).raw for k, text in enumerate(texts)]
-    statements: list[str] = []
-    store.db.set_trace_callback(statements.append)
+    lines = _lessons_signed(b"\x0a", 10, 20)
+    reads = _vector_reads(store)
     now = datetime(2026, 4, 1, 12, tzinfo=UTC)
 
     class Meddling(list[bytes]):
@@ -432,5 +435,5 @@ def test_a_commit_by_another_connection_during_a_receive_ends_the_handover(tmp_p
         view.receive(lines[:10], source="test", now=now)
         view.receive(Meddling(lines[10:15]), source="test", now=now)
         view.receive(lines[15:], source="test", now=now)
-    assert sum("SELECT id, kind, COALESCE(centroid, embedding)" in s for s in statements) == 2
+    assert reads() == 2
     other.close()
