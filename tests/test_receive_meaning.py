@@ -437,3 +437,15 @@ def test_a_commit_by_another_connection_during_a_receive_ends_the_handover(tmp_p
         view.receive(lines[15:], source="test", now=now)
     assert reads() == 2
     other.close()
+
+
+def test_a_nan_row_found_by_the_subject_index_hides_no_other() -> None:
+    # A row a lying worker's NaN vector made is never joined, and the rows beside it are still compared.
+    matrix = np.zeros((4, DIM), np.float32)
+    matrix[0] = np.nan
+    matrix[1, 0], matrix[2, 0], matrix[3, 0] = 0.9, 0.95, 0.95  # rows 2 and 3 tie: the first is joined
+    vector = np.zeros(DIM, np.float32)
+    vector[0] = 1.0
+    assert meaning_module._closest_of(matrix, [0, 1, 2, 3], vector, HASHED_JOIN_COSINE) == (pytest.approx(0.95), 2)
+    assert meaning_module._closest_of(matrix, [0], vector, HASHED_JOIN_COSINE) is None
+    assert meaning_module._closest_of(matrix, [0, 1], vector, 0.91) is None
