@@ -139,12 +139,16 @@ def _rule(held: list[tuple[int, Lesson]], lesson: Lesson) -> tuple[set[int | Non
     return best, min([abs(score - HASHED_JOIN_COSINE) for score, _ in scores] + below)
 
 
-@pytest.mark.parametrize(("seed", "vocabulary"), [(0, 20), (1, 20), (2, 400), (3, 400)])
-def test_the_index_decides_as_the_rule(tmp_path: Path, seed: int, vocabulary: int) -> None:
+@pytest.mark.parametrize(("seed", "vocabulary", "sizes"), [(0, 20, [300, 1, 500, 599]), (1, 20, [300, 1, 1099]),
+                                                           (2, 400, [300, 1, 500, 599]), (3, 400, [300, 1, 1099])])
+def test_the_index_decides_as_the_rule(tmp_path: Path, seed: int, vocabulary: int, sizes: list[int],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # Sentences of 1-6 words from a vocabulary of 20 (the subjects of most lessons added agree with many: the
     # index hands them to one product) or of 400 (few agree: the index alone finds them), some lessons held
     # in the store, the others received in batches, some without subject words, some the same sentence with
-    # a word more: every decision is the rule's, computed by brute force.
+    # a word more: every decision is the rule's, computed by brute force.  In the runs with a large last batch
+    # the lessons read join the index once 256 lessons of their kind were planned (the default, 1 000, is for
+    # pulls larger than this test's 1 400 lessons); in the others they are scored by the plan's product.
     rng = random.Random(seed)
     words = [f"w{k}x" for k in range(vocabulary)]
     texts = [" ".join(rng.sample(words, rng.randint(1, 6))) for _ in range(1300)]
@@ -173,15 +177,19 @@ def test_the_index_decides_as_the_rule(tmp_path: Path, seed: int, vocabulary: in
         if found == {None}:
             new_id += 1
             held.append((new_id, lesson))
+    if max(sizes) > 1000:
+        monkeypatch.setattr(meaning_module, "_INDEX_READ_AT", 256)
     index = MeaningIndex(store.db)
-    decided = _decide(index, _batches(lessons[200:], [300, 1, 500, 599]), planned=True)
+    decided = _decide(index, _batches(lessons[200:], sizes), planned=True)
     assert [d in e for d, e in zip(decided, expected, strict=True)] == [True] * len(expected)
+    firsts = [held.first for held in index._kinds.values()]
+    assert (firsts == [0, 0]) if max(sizes) > 1000 else (len(firsts) == 2 and min(firsts) > 0)
     joined = sum(e != {None} for e in expected)
     assert 100 < joined < 1300  # both outcomes, often
     # The lessons added were compared through the index, not by a product over all of them, in the large
     # vocabulary; in the small one most lessons agree with many others, and a product compares them.
     # (A sentence without subject words agrees with every lesson: a product compares it, in both.)
-    assert (index.lookups < len(decided) / 4) if vocabulary == 400 else (index.lookups > len(decided) / 2)
+    assert (index.lookups < len(decided) / 4) if vocabulary == 400 else (index.lookups > len(decided) / 5)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -155,7 +155,13 @@ class MeaningIndex:
             by_kind.setdefault(kind, []).append((key, vector))
         for kind, items in by_kind.items():
             held = self._kinds.get(kind)
-            read = held.read if held is not None else 0
+            if held is not None and held.first:
+                held.planned += len(items)
+                if held.planned >= _INDEX_READ_AT:
+                    # Many lessons compared: the lessons read join the subject index (their sentences read and
+                    # indexed once, 10 µs a lesson) instead of each being scored against every one of them.
+                    held.index_first(self._subjects_read(kind, held.rows.ids[:held.first]))
+            read = held.first if held is not None else 0
             vectors = np.stack([v for _, v in items]).astype(np.float32, copy=False)
             read_best, margin = None, 0.0
             if held is not None and read and read + len(items) >= self._PLAN_MIN_ROWS:
@@ -190,23 +196,36 @@ class MeaningIndex:
             return None
         threshold = join_threshold(HASHED_SPACE)
         best: tuple[float, int] | None = None  # (cosine, row)
-        if held.read:
+        if held.first:
             planned = self._planned(kind, key)
             if planned is None or not planned[0].clear(planned[1], threshold):
                 self.lookups += 1
-                best = _closest(held.rows.matrix[:held.read] @ vector, 0, threshold,
+                best = _closest(held.rows.matrix[:held.first] @ vector, 0, threshold,
                                 lambda row: subjects_agree(subjects, self._subject_of(int(held.rows.ids[row]))))
-        if len(held.rows) > held.read:
+        if len(held.rows) > held.first:
             rows = held.agreeing(subjects)
             if rows is None:  # a word most of them hold: one product, then the subjects of those at the threshold
                 self.lookups += 1
-                found = _closest(held.rows.matrix[held.read:] @ vector, held.read, threshold,
-                                 lambda row: subjects_agree(subjects, frozenset(held.subjects[row - held.read])))
+                found = _closest(held.rows.matrix[held.first:] @ vector, held.first, threshold,
+                                 lambda row: subjects_agree(subjects, frozenset(held.subjects[row - held.first])))
             else:
                 found = _closest_of(held.rows.matrix, rows, vector, threshold) if rows else None
             if found is not None and (best is None or found[0] > best[0]):  # rows read come first: a tie is theirs
                 best = found
         return None if best is None else int(held.rows.ids[best[1]])
+
+    def _subjects_read(self, kind: str, ids: Sequence[int]) -> list[Subjects]:
+        """The subjects of lessons read, of ``kind``: their sentences in one query, not one a lesson."""
+        known = self._read_subjects
+        if any(lesson_id not in known for lesson_id in ids):
+            texts = lessons.texts_of_kind(self._db, kind, HASHED_SPACE)
+            out = [known.get(lesson_id) or subject_words(texts[lesson_id]) if lesson_id in texts
+                   else self._subject_of(int(lesson_id)) for lesson_id in ids]  # one archived since: read alone
+        else:
+            out = [known[lesson_id] for lesson_id in ids]
+        for lesson_id in ids:  # indexed now: not kept twice
+            known.pop(lesson_id, None)
+        return out
 
     def _subject_of(self, lesson_id: int) -> Subjects:
         found = self._read_subjects.get(lesson_id)
@@ -255,6 +274,11 @@ _INDEXED_ALWAYS: Final = 64
 _PAIRED_WORDS: Final = 24
 _ANSWERS_KEPT: Final = 4096  # ``_Held._answers`` at most (a pull that only joins asks many, and adds nothing)
 _UNANSWERED: Final = object()
+# Once this many lessons of a kind were planned, the lessons of that kind read from the store join the subject
+# index (``MeaningIndex.plan``).  Indexing a lesson read costs 10 µs (its sentence read, its subject words and the
+# index's lists: 200 ms at 20 000); scoring one lesson against it, 256 multiply-adds (6 ns): the index pays for
+# itself after about 1 700 lessons, and a receive that has planned 1 000 is most likely a pull with more to come.
+_INDEX_READ_AT: Final = 1000
 
 
 class _Held:
@@ -263,16 +287,19 @@ class _Held:
 
     def __init__(self, rows: VectorRows, read_longest: float) -> None:
         self.rows = rows
-        self.read = len(rows)
+        # The rows before ``first`` (those read) are compared by a product, their subjects read as a join needs
+        # them; those from it on, by the subject index.  ``index_first`` brings the first ones into the index.
+        self.first = len(rows)
+        self.planned = 0  # lessons of the kind planned while rows were compared by a product
         self.read_longest = read_longest  # the longest row read (the plan's margin scales with it)
-        # Of row read + k, for each row added: its subject words, sorted, each string held once (``sys.intern``).
+        # Of row first + k, for each row indexed: its subject words, sorted, each string held once (``sys.intern``).
         # Tuples and lists, not sets: at 20 000 lessons added the index took 37 MB with sets, 10 now
         # (beside 23 MB of vectors).
         self.subjects: list[tuple[str, ...]] = []
-        self._words: dict[str, list[int]] = {}  # subject word -> the rows added whose subject holds it, ascending
-        self._single: dict[str, list[int]] = {}  # word -> the rows added whose subject is that word alone
+        self._words: dict[str, list[int]] = {}  # subject word -> the rows indexed whose subject holds it, ascending
+        self._single: dict[str, list[int]] = {}  # word -> the rows indexed whose subject is that word alone
         self._pairs: dict[tuple[str, str], list[int]] = {}  # the first two words of a subject (sorted) -> rows
-        self._bare: list[int] = []  # rows added without a subject word: they agree with every sentence
+        self._bare: list[int] = []  # rows indexed without a subject word: they agree with every sentence
         # ``agreeing``'s answers since a row was last added, by subject: lessons of one meaning from many
         # origins (numbers aside) ask the same question until one of them becomes a candidate.
         self._answers: dict[Subjects, list[int] | None] = {}
@@ -280,10 +307,26 @@ class _Held:
     def add(self, lesson_id: int, vector: npt.NDArray[np.float32], subjects: Subjects) -> None:
         row = len(self.rows)
         self.rows.add(lesson_id, vector)
-        words = tuple(sorted(map(sys.intern, subjects)))
-        self.subjects.append(words)
         if self._answers:
             self._answers.clear()
+        self._index(row, subjects)
+
+    def index_first(self, subjects: Sequence[Subjects]) -> None:
+        """Bring the rows before ``first`` into the subject index, given their ``subjects`` in order: every row
+        is then compared through it.  The index is made again in row order, as if each row had been added."""
+        if len(subjects) != self.first:
+            raise ValueError(f"{len(subjects)} subjects for {self.first} rows")
+        indexed = self.subjects
+        self.first, self.subjects = 0, []
+        self._words, self._single, self._pairs, self._bare, self._answers = {}, {}, {}, [], {}
+        for row, subject in enumerate(subjects):
+            self._index(row, subject)
+        for row, sorted_words in enumerate(indexed, start=len(subjects)):
+            self._index(row, frozenset(sorted_words))
+
+    def _index(self, row: int, subjects: Subjects) -> None:
+        words = tuple(sorted(map(sys.intern, subjects)))
+        self.subjects.append(words)
         if not words:
             self._bare.append(row)
             return
@@ -334,7 +377,7 @@ class _Held:
         for rows_of_one in filter(None, map(self._single.get, subjects)):
             found += rows_of_one
         if self._pairs:
-            mine, first = self.subjects, self.read
+            mine, first = self.subjects, self.first
             for paired in filter(None, map(self._pairs.get, combinations(sorted(subjects), 2))):
                 found += [row for row in paired if subjects.issuperset(mine[row - first])]
         found += self._bare

@@ -311,6 +311,12 @@ def meaning_vectors(db: sqlite3.Connection, space: str) -> list[tuple[int, str, 
     return rows
 
 
+def texts_of_kind(db: sqlite3.Connection, kind: str, space: str) -> dict[int, str]:
+    """id -> sentence of the lessons of ``kind`` that ``meaning_vectors`` would read."""
+    return {int(r[0]): str(r[1]) for r in db.execute(
+        f"SELECT id, text FROM lessons WHERE {_MEANING_ROWS} AND kind = ?", (space, kind))}
+
+
 def meaning_count(db: sqlite3.Connection, space: str) -> int:
     """How many lessons ``meaning_vectors`` would read."""
     return int(db.execute(f"SELECT count(*) FROM lessons WHERE {_MEANING_ROWS}", (space,)).fetchone()[0])
