@@ -4,11 +4,12 @@ at least the join threshold, in the hashed space.
 
 ``MeaningIndex`` answers that for every lesson received.  The rule (``same_meaning``): of the held lessons
 of its kind whose subject agrees with it and whose cosine reaches the threshold, the closest; none if none.
-Two ways keep it from costing a matrix-vector product over every held lesson per record: a batch is
-planned against the lessons read from the store (one matrix product per kind; a lesson whose score is
-clearly under the threshold is answered from it), and the lessons added during the receive are indexed
-by their subject words, so only those whose subject can agree are compared (a pull into an empty store
-compares each new lesson with the few that share a word, not with every lesson before it).
+Two ways keep it from costing a matrix-vector product over every held lesson per record: the lessons added
+during the receive are indexed by their subject words, so only those whose subject can agree are compared (a
+pull into an empty store compares each new lesson with the few that share a word, not with every lesson
+before it), and so are the lessons read from the store once a receive has compared many lessons; until then
+a batch is planned against those (one matrix product per kind; a lesson whose score is clearly under the
+threshold is answered from it).
 
 A cosine over words cannot tell two lessons written from one template apart: "rg is not installed here
 (command not found); find works instead" and "python is not installed here (command not found); python3
@@ -69,13 +70,15 @@ class MeaningIndex:
 
     Compared one by one, every received lesson would cost a matrix-vector product over every held lesson
     of its kind: a pull of distinct lessons into a large store paid that for each (207 µs a record at
-    10 000 lessons, docs/figures.md).  So, for the lessons read from the store, ``plan`` scores a whole
-    batch first, one matrix product per kind, and a record whose best score is clearly under the threshold
-    is answered from that; only one at or near it is compared as before.  The lessons added during the
-    receive (a pull into an empty store adds thousands) are indexed by their subject words: a lesson can
-    join only one whose subject agrees with its own, and such a subject shares a word with it, holds no
-    word at all, or holds only words of it, which the index finds without a product over the rest.
-    Either way the decision is the rule's (``same_meaning``), never an approximation of it.
+    10 000 lessons, docs/figures.md).  The lessons added during the receive (a pull into an empty store adds
+    thousands) are indexed by their subject words: a lesson can join only one whose subject agrees with its
+    own, and such a subject shares a word with it, holds no word at all, or holds only words of it, which the
+    index finds without a product over the rest.  The lessons read from the store join that index once
+    ``_INDEX_READ_AT`` lessons of their kind were planned; before, ``plan`` scores each batch against them in
+    one matrix product per kind, and a record whose best score is clearly under the threshold is answered
+    from that; only one at or near it is compared as before (a receive of a few records, the common case of
+    memories in step, reads no sentence).  Either way the decision is the rule's (``same_meaning``), never an
+    approximation of it.
     """
 
     # How far under the join threshold a batch score must be to answer "none" from it.  Both
