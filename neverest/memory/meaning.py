@@ -148,7 +148,8 @@ class MeaningIndex:
     def plan(self, batch: Sequence[tuple[int, str, npt.NDArray[np.float32]]]) -> None:
         """Score a batch of lessons about to be applied, as (key, kind, vector), against the lessons read,
         replacing the last plan: ``same_meaning(..., key=key)`` then compares a lesson with the lessons read
-        only when its score is not clearly under the threshold."""
+        only when its score is not clearly under the threshold.  Once ``_INDEX_READ_AT`` lessons of a kind were
+        planned, the lessons of that kind read join the subject index instead, and are no longer scored here."""
         self._plans, self._slots = {}, {}
         if not batch:
             return
