@@ -219,24 +219,27 @@ class MeaningIndex:
         return None if best is None else int(held.rows.ids[best[1]])
 
     def _subjects_read(self, kind: str, ids: Sequence[int]) -> list[Subjects]:
-        """The subjects of lessons read, of ``kind``: their sentences in one query, not one a lesson."""
+        """The subjects of lessons read, of ``kind``, taken out of ``_read_subjects`` (they are indexed now):
+        the sentences not met yet in one query, not one a lesson."""
         known = self._read_subjects
-        if any(lesson_id not in known for lesson_id in ids):
-            texts = lessons.texts_of_kind(self._db, kind, HASHED_SPACE)
-            out = [known.get(lesson_id) or subject_words(texts[lesson_id]) if lesson_id in texts
-                   else self._subject_of(int(lesson_id)) for lesson_id in ids]  # one archived since: read alone
-        else:
-            out = [known[lesson_id] for lesson_id in ids]
-        for lesson_id in ids:  # indexed now: not kept twice
-            known.pop(lesson_id, None)
+        texts = {} if all(i in known for i in ids) else lessons.texts_of_kind(self._db, kind, HASHED_SPACE)
+        out: list[Subjects] = []
+        for lesson_id in ids:
+            found = known.pop(lesson_id, None)
+            if found is None:  # (one archived since the read is not among ``texts``: read alone)
+                found = self._subject_of_text(texts.get(lesson_id) or lessons.text_of(self._db, int(lesson_id)))
+            out.append(found)
         return out
 
     def _subject_of(self, lesson_id: int) -> Subjects:
         found = self._read_subjects.get(lesson_id)
         if found is None:
-            text = lessons.text_of(self._db, lesson_id)
-            found = self._read_subjects[lesson_id] = subject_words(text) if text is not None else frozenset()
+            found = self._read_subjects[lesson_id] = self._subject_of_text(lessons.text_of(self._db, lesson_id))
         return found
+
+    @staticmethod
+    def _subject_of_text(text: str | None) -> Subjects:
+        return subject_words(text) if text is not None else frozenset()
 
 
 def _closest(scores: npt.NDArray[np.float32], first: int, threshold: float,
@@ -285,9 +288,14 @@ _UNANSWERED: Final = object()
 _INDEX_READ_AT: Final = 1000
 
 
+def _sorted_words(subjects: Subjects) -> tuple[str, ...]:
+    """A subject as the index keeps it: its words sorted, each string held once (``sys.intern``)."""
+    return tuple(sorted(map(sys.intern, subjects)))
+
+
 class _Held:
-    """One kind's held lessons: their vectors, the first ``read`` of them read from the store (their subjects
-    read when a join needs them), and for the rows added since, their subject words indexed."""
+    """One kind's held lessons: their vectors, the first ``first`` of them read from the store (their subjects
+    read when a join needs them), and for the rows indexed, their subject words."""
 
     def __init__(self, rows: VectorRows, read_longest: float) -> None:
         self.rows = rows
@@ -313,7 +321,7 @@ class _Held:
         self.rows.add(lesson_id, vector)
         if self._answers:
             self._answers.clear()
-        self._index(row, subjects)
+        self._index(row, _sorted_words(subjects))
 
     def index_first(self, subjects: Sequence[Subjects]) -> None:
         """Bring the rows before ``first`` into the subject index, given their ``subjects`` in order: every row
@@ -323,13 +331,10 @@ class _Held:
         indexed = self.subjects
         self.first, self.subjects = 0, []
         self._words, self._single, self._pairs, self._bare, self._answers = {}, {}, {}, [], {}
-        for row, subject in enumerate(subjects):
-            self._index(row, subject)
-        for row, sorted_words in enumerate(indexed, start=len(subjects)):
-            self._index(row, frozenset(sorted_words))
+        for row, sorted_words in enumerate([*map(_sorted_words, subjects), *indexed]):
+            self._index(row, sorted_words)
 
-    def _index(self, row: int, subjects: Subjects) -> None:
-        words = tuple(sorted(map(sys.intern, subjects)))
+    def _index(self, row: int, words: tuple[str, ...]) -> None:
         self.subjects.append(words)
         if not words:
             self._bare.append(row)
@@ -342,7 +347,7 @@ class _Held:
             self._pairs.setdefault((words[0], words[1]), []).append(row)
 
     def agreeing(self, subjects: Subjects) -> list[int] | None:
-        """The rows added whose subject agrees with ``subjects``, ascending; None when the rows to compare are
+        """The rows indexed whose subject agrees with ``subjects``, ascending; None when the rows to compare are
         too many for the index (every row agrees with a sentence without subject words).
 
         A subject agrees when it holds every word of ``subjects`` (the rows in each of their words' lists),
