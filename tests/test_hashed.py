@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -47,3 +49,27 @@ def test_a_row_that_is_no_stored_vector_is_refused() -> None:
         for cosines in (hashed._cosines_here, hashed._cosines_numpy):
             with pytest.raises(ValueError, match=message):
                 cosines([blob], hashed.entries("pip install"))
+
+
+def test_the_features_met_before_are_remembered_and_forgotten_without_changing_a_vector(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``features`` keeps the slots it hashed (a word's at weight 1, a bigram's at 0.5) and empties that
+    store when full: the features are those BLAKE2b gives, whatever the store held before."""
+    texts = ["pip install fails on the runner", "install pip", "fails fails fails", "npm ci cache error again"]
+
+    def fresh(text: str) -> list[tuple[int, float]]:
+        tokens = hashed.words(text)
+        found = [hashed.slot(word) for word in tokens]
+        return found + [(i, 0.5 * s) for i, s in map(hashed.slot, map(" ".join, pairwise(tokens)))]
+
+    # The slot of one feature, computed without the copied hasher: BLAKE2b-64 personalised, little-endian.
+    from hashlib import blake2b
+    value = int.from_bytes(blake2b(b"pip install", digest_size=8, person=b"neverest-h256").digest(), "little")
+    assert hashed.slot("pip install") == (value % hashed.DIM, 1.0 if (value >> 8) & 1 else -1.0)
+    monkeypatch.setattr(hashed, "_SLOT_CACHE_SIZE", 3)
+    hashed._SLOTS.clear()
+    for _ in range(2):  # the second time round, some features are remembered and the store fills up again
+        for text in texts:
+            assert hashed.features(text) == fresh(text)
+            assert len(hashed._SLOTS) <= 3
+    hashed._SLOTS.clear()
