@@ -84,6 +84,18 @@ def test_every_lesson_learned_passes_the_gates(learned: Learned) -> None:
         assert withheld(text) is None, text
         assert "\x1b" not in text and "Mischa" not in text and "C:\\" not in text
     assert "Several programs fail the same way: Command failed: cygpath -u 'a path'" in lessons
+    # grep, rg and git timed out after 10019, 1013 and 1005 ms: what they share, not one of them's count.
+    assert "Several programs fail on the network or time out: command timed out after 1 to 10 seconds" in lessons
+
+
+def test_the_corrections_refusing_powershell_are_one_lesson(learned: Learned) -> None:
+    # One Codex session: powershell.exe refused eight times without a word, stopped with "dont run", refused with
+    # "stop trying to run powershell stuff".  One thing the person wants: one lesson, not three.
+    episodes, _, kinds_texts = learned
+    corrections = [text for kind, text in kinds_texts if kind == "correction" and "powershell" in text.lower()]
+    assert corrections == ["The person refused to let the agent run powershell.exe"]
+    said = {e["said"] for e in episodes if e["kind"] == "correction" and "powershell.exe" in e["agent_did"]}
+    assert {"dont run", "stop trying to run powershell stuff"} <= said
 
 
 def test_no_episode_keeps_a_terminal_escape(learned: Learned) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neverest.memory.phrasing import command_head, observation, scrub
+from neverest.memory.phrasing import command_head, numbers_as_ranges, objection_head, observation, scrub
 from neverest.safety import imperative_reason
 
 
@@ -50,3 +50,44 @@ def test_observations(kind: str, fields: dict[str, str], expected: str) -> None:
 def test_environment_and_notes_make_no_sentence() -> None:
     assert observation("environment", text="Debian 12") is None
     assert observation("note", text="x") is None
+
+
+POWERSHELL = "ran shell: powershell.exe -NoProfile -Command 'rg \"specify\"'"
+
+
+@pytest.mark.parametrize(("said", "agent_did", "reaction", "head"), [
+    ("", POWERSHELL, "rejected", "powershell.exe"),  # a refused call, no words: the objection is all it says
+    ("dont run", POWERSHELL, "interrupted", "powershell.exe"),  # words that make no lesson of their own
+    ("stop trying to run powershell stuff", POWERSHELL, "rejected", "powershell.exe"),  # words naming it
+    ("don't push to main", "ran Bash: git push --force", "rejected", "git push"),  # naming its sub-command
+    # Words that say something of their own, not naming the command: a lesson apart.
+    ("the build folder is shared with the release job", "ran Bash: rm -rf build", "rejected", ""),
+    # Too many words to be about the call, a reaction that is no objection, a call that ran no command.
+    ("can you not read the file without powershell ? what is the powershell command for ?", POWERSHELL,
+     "interrupted", ""),
+    ("stop trying to run powershell stuff", POWERSHELL, "told to act", ""),
+    ("dont run", "said: here is the plan", "interrupted", ""),
+])
+def test_objection_head_names_the_command_a_correction_objects_to(said: str, agent_did: str, reaction: str,
+                                                                  head: str) -> None:
+    assert objection_head(said, agent_did, reaction) == head
+
+
+TIMED_OUT = "command timed out after {} milliseconds"
+
+
+@pytest.mark.parametrize(("happened", "others", "said"), [
+    # The corpus's timeouts (codex's runner): grep after 10019 ms, rg after 1013, git after 1005.
+    (TIMED_OUT.format(1013), [TIMED_OUT.format(n) for n in (10019, 1013, 1005)],
+     "command timed out after 1 to 10 seconds"),
+    (TIMED_OUT.format(1013), [TIMED_OUT.format(n) for n in (1013, 1005)], "command timed out after about 1 second"),
+    ("3 tests failed\nsee the log", ["3 tests failed\nsee the log", "5 tests failed\nother lines"],
+     "3 to 5 tests failed\nsee the log"),
+    # Numbers that agree, lines of another shape, one failure alone: as it is.
+    (TIMED_OUT.format(1013), [TIMED_OUT.format(1013), TIMED_OUT.format(1013)], TIMED_OUT.format(1013)),
+    (TIMED_OUT.format(1013), [TIMED_OUT.format(1013), "exit code 2"], TIMED_OUT.format(1013)),
+    (TIMED_OUT.format(1013), [TIMED_OUT.format(1013)], TIMED_OUT.format(1013)),
+    ("python3.11 not found", ["python3.11 not found", "python3.12 not found"], "python3.11 not found"),  # a name
+])
+def test_numbers_as_ranges_says_what_the_failures_share(happened: str, others: list[str], said: str) -> None:
+    assert numbers_as_ranges(happened, others) == said

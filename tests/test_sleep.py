@@ -13,9 +13,11 @@ from neverest.config import Config
 from neverest.memory.embed import HashedEmbedder, ModelEmbedder, model_space
 from neverest.memory.events import ingest
 from neverest.memory.model import Endpoint, Writer
+from neverest.memory.queries import episodes as episode_queries
 from neverest.memory.queries import lessons as lesson_queries
 from neverest.memory.sleep import SleepReport, decay_pass, sleep
 from neverest.memory.store import Store, open_store
+from neverest.records import lesson_hash
 from neverest.safety import imperative_reason
 from tests.fake_model import FakeModelServer
 from tests.fake_model import model_server as model_server  # a fixture
@@ -107,6 +109,61 @@ def test_decay_counts_each_day_once(store: Store) -> None:
     decay_pass(store, T0 + timedelta(days=45 + 90), CONFIG.sections.sleep, report)  # 0.5 × 0.25 < 0.15
     assert store.db.execute("SELECT archived FROM episodes").fetchone()[0] == 1
     assert report.archived_episodes == 1
+
+
+def powershell(store: Store, at: datetime, said: str, reaction: str, command: str) -> None:
+    add(store, at, kind="correction", said=said, reaction=reaction, session="s1",
+        agent_did=f"ran shell: powershell.exe -NoProfile -Command '{command}'")
+
+
+def test_corrections_objecting_to_one_command_are_one_lesson(store: Store) -> None:
+    # As in a public Codex session of the corpus (tests/data/sessions): powershell.exe refused without a word,
+    # stopped with "dont run", refused with "stop trying to run powershell stuff".  Their episodes' vectors are
+    # far apart (the join's cosine misses); what the person wants is one thing.
+    powershell(store, T0, "", "rejected", 'rg "specify"')
+    powershell(store, T0 + timedelta(minutes=1), "dont run", "interrupted", "(Invoke-WebRequest x).Content")
+    powershell(store, T0 + timedelta(minutes=2), "stop trying to run powershell stuff", "rejected", "python - <<PY")
+    # Another command, and words about something else: lessons of their own.
+    add(store, T0 + timedelta(minutes=3), kind="correction", reaction="rejected", session="s1",
+        agent_did="ran Bash: git push --force")
+    add(store, T0 + timedelta(minutes=4), kind="correction", reaction="rejected", session="s1",
+        said="the build folder is shared with the release job", agent_did="ran Bash: rm -rf build")
+    night(store, T0 + timedelta(hours=1))
+    live = [r for r in lessons(store) if not r["archived"]]
+    assert sorted((r["text"], r["seen"]) for r in live) == [
+        ("The person corrected the agent: the build folder is shared with the release job", 1),
+        ("The person refused to let the agent run git push", 1),
+        ("The person refused to let the agent run powershell.exe", 3)]
+    # A later night's objection to powershell.exe joins the lesson the store holds.
+    powershell(store, T0 + timedelta(days=1), "no", "interrupted", "Get-Command rg")
+    night(store, T0 + timedelta(days=1, hours=1))
+    [held] = [r for r in lessons(store) if "powershell" in r["text"] and not r["archived"]]
+    assert held["seen"] == 4 and len(held["sources"]) == 4
+
+
+def test_two_lessons_objecting_to_one_command_merge_when_one_changes(store: Store) -> None:
+    # A store made before objections joined holds two lessons about powershell.exe: one from a refused call,
+    # one from "dont run" (made here as that consolidation made it).
+    powershell(store, T0, "", "rejected", 'rg "specify"')
+    night(store, T0 + timedelta(hours=1))
+    powershell(store, T0 + timedelta(hours=2), "dont run", "interrupted", "Get-Content x")
+    [(episode, space, vector)] = store.db.execute(
+        "SELECT id, space, embedding FROM episodes WHERE said = 'dont run'").fetchall()
+    text = "The person stopped the agent while it ran powershell.exe"
+    with store.write() as db:
+        apart = lesson_queries.create(db, lesson_queries.NewLesson(
+            hash=lesson_hash("correction", text), kind="correction", text=text, cwd="", strength=1.0, seen=1,
+            created=iso(T0), origin="", layer="personal", space=space, embedding=vector, centroid=vector,
+            sources=[episode]))
+        episode_queries.assign(db, apart, [episode])
+        episode_queries.considered(db, [episode])
+    [first] = [r["id"] for r in lessons(store) if r["id"] != apart]
+    # The next objection joins the older one; the merge pass folds the other into it.
+    powershell(store, T0 + timedelta(days=1), "no", "interrupted", "Get-Command rg")
+    report = night(store, T0 + timedelta(days=1, hours=1))
+    assert report.merged == [{"theme": first, "alias": apart}]
+    [held] = [r for r in lessons(store) if not r["archived"]]
+    assert held["id"] == first and held["seen"] == 3 and len(held["sources"]) == 3
 
 
 def test_merge_makes_a_theme_with_aliases(store: Store) -> None:

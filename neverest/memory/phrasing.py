@@ -17,6 +17,7 @@ publication counts as support for the first (PROTOCOL.md §1).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 from neverest.memory import error_class, shellwords
@@ -126,9 +127,48 @@ _OBJECTIONS: Final = {"rejected": "The person refused to let the agent run {head
                       "corrected": "The person objected when the agent ran {head}"}
 
 
+_WORDS: Final = re.compile(r"[\w.+-]+")
+# A correction's words, this many at most, can be about the call it answered (an objection to it): more are about
+# something else the person had on their mind.
+_OBJECTION_WORDS: Final = 12
+
+
+def _said(said: str) -> str:
+    """The words of a correction as phrasing reads them: the first line, scrubbed, without "please"."""
+    return _PLEASE.sub("", scrub(said.strip().splitlines()[0] if said.strip() else "")).strip()
+
+
+def _objected_head(said: str, agent_did: str, reaction: str) -> str:
+    """``objection_head`` of words already read by ``_said``."""
+    if reaction not in _OBJECTIONS or not agent_did.startswith("ran ") or ": " not in agent_did:
+        return ""
+    if len(said.split()) > _OBJECTION_WORDS:
+        return ""
+    return shell_head(agent_did[len("ran "):].split(": ", 1)[1])
+
+
+def objection_head(said: str, agent_did: str, reaction: str) -> str:
+    """The command a correction objects to ("powershell.exe", "git push"): the head of the call the person
+    refused, stopped or objected to, when that objection is what the correction says: no words, or few that
+    name the command or make no lesson of their own; '' otherwise.  Corrections that object to one command
+    are one lesson however they were said (sleep.py): refusing a call of powershell.exe nine times, stopping
+    one with "dont run" and writing "stop trying to run powershell stuff" is one thing the person wants, not
+    three.  Words that say something else ("the build folder is shared" when ``rm -rf build`` was refused)
+    keep their lesson apart."""
+    said = _said(said)
+    head = _objected_head(said, agent_did, reaction)
+    if not head or not said:
+        return head
+    named = {word.lower().removesuffix(".exe") for word in head.split()}
+    if named & {word.lower() for word in _WORDS.findall(said)}:
+        return head
+    objection = _OBJECTIONS[reaction].format(head=head)
+    return head if all(form == objection for form in _correction_forms(said, agent_did, reaction)) else ""
+
+
 def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
     """A correction is the person's words; the lesson reports what they wanted, as a fact."""
-    said = _PLEASE.sub("", scrub(said.strip().splitlines()[0] if said.strip() else "")).strip()
+    said = _said(said)
     forms: list[str] = []
     if reaction == "told to act":
         forms.append("The person wanted the agent to act rather than ask first")
@@ -160,9 +200,8 @@ def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
         first = re.split(r"\s*(?:[,;:]| - | but | so )\s*", fact, maxsplit=1)[0]
         if first != fact and len(first.split()) >= 3:
             forms.append(f"The person corrected the agent: {_clause(first, 160)}")
-    head = shell_head(agent_did[len("ran "):].split(": ", 1)[1]) if agent_did.startswith("ran ") and ": " in \
-        agent_did else ""
-    if head and reaction in _OBJECTIONS and len(said.split()) <= 12:
+    head = _objected_head(said, agent_did, reaction)
+    if head:
         forms.append(_OBJECTIONS[reaction].format(head=head))
     return forms
 
@@ -273,6 +312,45 @@ def error_signature(title: str, happened: str) -> str:
 
 def first_line(text: str) -> str:
     return next((line for line in text.splitlines() if line.strip()), "")
+
+
+_NUMBER: Final = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+_MILLISECONDS: Final = re.compile(r"\s*(?:milliseconds?|ms)\b")
+
+
+def _figure(value: float) -> str:
+    return f"{value:.0f}" if value >= 1 or value.is_integer() else f"{value:.1f}"
+
+
+def numbers_as_ranges(happened: str, others: Sequence[str]) -> str:
+    """``happened`` with each number of its first line that differs among ``others`` of the same shape (their first
+    lines with the numbers left out) written as the range they span: a lesson learned from several failures says
+    what they share ("timed out after 1 to 10 seconds"), not one failure's count ("after 1013 milliseconds").
+    Milliseconds of a second or more read as seconds.  Other shapes, or numbers that agree, leave it as it is."""
+    line = first_line(happened)
+    shape = _NUMBER.sub("#", line)
+    alike = [[float(n) for n in _NUMBER.findall(first)] for first in map(first_line, others)
+             if _NUMBER.sub("#", first) == shape]
+    if len(alike) < 2 or not alike[0]:
+        return happened
+    out: list[str] = []
+    end = 0
+    for found, values in zip(_NUMBER.finditer(line), zip(*alike, strict=True), strict=True):
+        out.append(line[end:found.start()])
+        end = found.end()
+        low, high = min(values), max(values)
+        unit = _MILLISECONDS.match(line, end)
+        if low == high:
+            out.append(found.group())
+        elif unit is not None and low >= 1000:
+            end = unit.end()
+            low_s, high_s = _figure(low / 1000), _figure(high / 1000)
+            out.append(f"{low_s} to {high_s} seconds" if low_s != high_s else
+                       f"about {low_s} second{'' if low_s == '1' else 's'}")
+        else:
+            out.append(f"{_figure(low)} to {_figure(high)}")
+    out.append(line[end:])
+    return happened.replace(line, "".join(out), 1)
 
 
 # The sentence of each class whose situation is the program and the class alone; the subject when no

@@ -6,9 +6,12 @@
 3. consolidate  each new episode joins the lesson of its kind whose sources it resembles
                 (mean cosine ≥ 0.55 hashed, 0.62 in a model's space), or waits for a
                 repeat: one correction makes a lesson, an error or stated surprise must
-                occur twice, environment episodes and notes never consolidate
+                occur twice, environment episodes and notes never consolidate; a
+                correction objecting to a command joins the lesson that holds objections
+                to it (``phrasing.objection_head``), whatever its cosine
 4. merge        lessons of one kind whose sources mean the same (average linkage ≥ the
-                same threshold) become one theme; the others become its aliases
+                same threshold), or corrections objecting to one command, become one
+                theme; the others become its aliases
 5. verify       open predictions come true when an episode of the lesson's kind happens
                 after they were made at cosine ≥ 0.5; a received lesson's is *refuted* when
                 its situation arose here and it did not hold (``refutation``); the first of
@@ -54,7 +57,16 @@ from neverest.memory.embed import (
     to_blob,
 )
 from neverest.memory.model import Writer
-from neverest.memory.phrasing import claim_of, command_head, error_signature, lesson_gate, observation, shell_head
+from neverest.memory.phrasing import (
+    claim_of,
+    command_head,
+    error_signature,
+    lesson_gate,
+    numbers_as_ranges,
+    objection_head,
+    observation,
+    shell_head,
+)
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
 from neverest.memory.scrub import meaningful, scrub
@@ -219,6 +231,8 @@ class _Consolidator:
         self.writes: list[_Write] = []
         # Error episode id or lesson id -> error_signature; other kinds are not keyed ("").
         self.signatures: dict[str | int, str] = {}
+        # The command a correction lesson's sources object to (phrasing.objection_head) -> that lesson's id.
+        self.objections: dict[str, int] = {}
 
     def _load(self, dim: int) -> None:
         db = self.store.db
@@ -239,6 +253,11 @@ class _Consolidator:
         # What mistake each waiting error and each error lesson is about (a lesson: its newest source's).
         for key, title, happened in episodes.error_fields(db):
             self.signatures[key] = error_signature(title, happened)
+        # The oldest correction lesson objecting to each command takes the next objections to it.
+        for lesson_id, said, agent_did, reaction in episodes.correction_fields(db):
+            head = objection_head(said, agent_did, reaction)
+            if head and head not in self.objections and lesson_id in self.lesson_info:
+                self.objections[head] = lesson_id
 
     def _commit(self, then: Callable[[sqlite3.Connection], int] | None = None) -> int | None:
         """Commit the queued writes (and ``then``, in the same transaction); ``then``'s answer."""
@@ -276,6 +295,14 @@ class _Consolidator:
         kind = row.kind
         lessons_of_kind = self.lessons[kind]
         signature = error_signature(row.title, row.happened) if kind == "error" else ""
+        head = objection_head(row.said, row.agent_did, row.reaction) if kind == "correction" else ""
+        if head in self.objections:
+            # An objection to a command a lesson already holds objections to joins it, however the person
+            # said it: their words ("dont run", "stop trying to run powershell stuff") or none (a refused
+            # call) make episodes whose vectors are far apart, and three lessons would say one thing.
+            lesson_id = self.objections[head]
+            self._join(lesson_id, lessons_of_kind.ids.index(lesson_id), row.id, vector, kind)
+            return
         if len(lessons_of_kind):
             # Mean cosine with a lesson's sources = dot product with their centroid; an error joins only a
             # lesson about the same mistake (its class and subject, ``error_signature``).
@@ -285,6 +312,8 @@ class _Consolidator:
                     break
                 if self.signatures.get(lessons_of_kind.ids[best], "") == signature:
                     self._join(lessons_of_kind.ids[best], best, row.id, vector, kind)
+                    if head:  # the lesson that holds objections to this command from now on
+                        self.objections[head] = lessons_of_kind.ids[best]
                     return
         waiting = self.waiting[kind]
         partners: list[int] = []
@@ -294,7 +323,9 @@ class _Consolidator:
                         if self.signatures.get(waiting.ids[int(i)], "") == signature]
         self.signatures[row.id] = signature
         if kind == "correction" or partners:
-            self._learn(row, vector, [(waiting.ids[i], waiting.matrix[i].copy()) for i in partners])
+            learned = self._learn(row, vector, [(waiting.ids[i], waiting.matrix[i].copy()) for i in partners])
+            if head and learned is not None:
+                self.objections.setdefault(head, learned)
             for i in sorted(partners, reverse=True):
                 self.new_waiting.discard(waiting.ids[i])
                 waiting.remove(i)
@@ -322,6 +353,8 @@ class _Consolidator:
         if kind == "error" and len({_program(r) for r in rows}) > 1:
             # The same failure met by several programs: it is about none of them (say, the shell itself).
             best = best._replace(title="Several programs", agent_did="", worked="")
+        if kind == "error" and len(rows) > 1:  # what its failures share, not one failure's figures
+            best = best._replace(happened=numbers_as_ranges(best.happened, [r.happened for r in rows]))
         text = observation(kind, title=best.title, said=best.said, expected=best.expected, happened=best.happened,
                            text=best.text, agent_did=best.agent_did, worked=best.worked, reaction=best.reaction)
         if self.writer is not None and text is not None:
@@ -337,12 +370,14 @@ class _Consolidator:
                 text = written
         return text
 
-    def _learn(self, row: episodes.Pending, vector: Vector, partners: list[tuple[str, Vector]]) -> None:
+    def _learn(self, row: episodes.Pending, vector: Vector, partners: list[tuple[str, Vector]]) -> int | None:
+        """Make a lesson of the episode and its partners (or join the lesson that says the same sentence): its
+        id, None when no sentence could be phrased."""
         ep_id, kind = row.id, row.kind
         text = self._phrase(kind, row, [p for p, _ in partners])  # a model call: no transaction is open
         if text is None:
             self.report.unphrased += 1
-            return
+            return None
         sources = [ep_id] + [p for p, _ in partners]
         centroid = np.mean([vector] + [v for _, v in partners], axis=0).astype(np.float32)
         digest = lesson_hash(kind, text)
@@ -352,7 +387,7 @@ class _Consolidator:
             index = self.lessons[kind].ids.index(existing)
             for source, v in [(ep_id, vector), *partners]:
                 self._join(existing, index, source, v, kind)
-            return
+            return existing
         # The sentence is embedded now, so the lesson is recalled as soon as it exists.
         space, vectors = self.embedder.embed_with_space([text])
         embedding = to_blob(vectors[0]) if space == self.space else None  # a model that failed just now: next sleep
@@ -374,6 +409,7 @@ class _Consolidator:
         self.lessons[kind].add(lesson_id, centroid)
         self.changed.add(lesson_id)
         self.report.learned.append({"id": lesson_id, "kind": kind, "text": text, "seen": len(sources)})
+        return lesson_id
 
 
 # -- 4. merge -------------------------------------------------------------------------
@@ -384,12 +420,30 @@ def merge_pass(store: Store, space: str, changed: set[int], now: datetime, repor
     """Merge each changed lesson with any other of its kind whose sources mean the same.  ``signatures``:
     the error lessons' ``error_signature`` as the consolidation knew them (read from the store when None)."""
     threshold = join_threshold(space)
+    objected: dict[int, set[str]] | None = None  # correction lesson id -> the commands its sources object to
     for lesson_id in sorted(changed):
         facts = lessons.merge_facts(store.db, lesson_id, space)
         if facts is None or facts.archived or facts.centroid is None:
             continue
         centroid = from_blob(facts.centroid)
         others = lessons.merge_candidates(store.db, facts.kind, lesson_id, space)
+        if facts.kind == "correction" and others:
+            # Two correction lessons objecting to one command are one (phrasing.objection_head), whatever their
+            # cosine: a store made before the consolidation joined them holds both.
+            if objected is None:
+                objected = {}
+                for key, said, agent_did, reaction in episodes.correction_fields(store.db):
+                    if head := objection_head(said, agent_did, reaction):
+                        objected.setdefault(key, set()).add(head)
+            commands = objected.get(lesson_id, set())
+            same = [other for other, _ in others if commands & objected.get(other, set())]
+            if same:
+                theme_id, *folded = sorted([lesson_id, *same])  # the oldest is the theme, as below
+                for old_id in folded:
+                    _merge(store, theme_id, old_id, space, now)
+                    report.merged.append({"theme": theme_id, "alias": old_id})
+                    objected[theme_id] = objected.get(theme_id, set()) | objected.pop(old_id, set())
+                continue
         if facts.kind == "error" and others:
             # Two error lessons are one theme only when they are about the same mistake (error_signature).
             if signatures is None:

@@ -247,6 +247,14 @@ def vectors(db: sqlite3.Connection, space: str) -> list[tuple[str, str, bytes]]:
         (space,))]
 
 
+def correction_fields(db: sqlite3.Connection) -> list[tuple[int, str, str, str]]:
+    """(lesson id, said, agent_did, reaction) of each source of every unarchived correction lesson of this memory,
+    by lesson id (one scan of the correction episodes, as ``error_fields``)."""
+    return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in db.execute(
+        "SELECT e.lesson_id, e.said, e.agent_did, e.reaction FROM episodes e JOIN lessons l ON l.id = e.lesson_id "
+        "WHERE e.kind = 'correction' AND l.archived = 0 AND l.origin = '' ORDER BY e.lesson_id, e.at, e.id")]
+
+
 def error_fields(db: sqlite3.Connection) -> list[tuple[str | int, str, str]]:
     """(key, title, happened) of every error episode waiting for a repeat (key: its id) and, for every
     unarchived lesson of this memory learned from errors, of its newest source (key: the lesson's id)."""
