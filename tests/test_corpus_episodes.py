@@ -86,6 +86,8 @@ def test_every_lesson_learned_passes_the_gates(learned: Learned) -> None:
     assert "Several programs fail the same way: Command failed: cygpath -u 'a path'" in lessons
     # grep, rg and git timed out after 10019, 1013 and 1005 ms: what they share, not one of them's count.
     assert "Several programs fail on the network or time out: command timed out after 1 to 10 seconds" in lessons
+    # Two spec-kit scripts on two branches: the sentence they share, without "Current branch: main".
+    assert "Several programs fail the same way: ERROR: Not on a feature branch." in lessons
 
 
 def test_the_corrections_refusing_powershell_are_one_lesson(learned: Learned) -> None:

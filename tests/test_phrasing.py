@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neverest.memory.phrasing import command_head, numbers_as_ranges, objection_head, observation, scrub
+from neverest.memory.phrasing import command_head, objection_head, observation, scrub, what_failures_share
 from neverest.safety import imperative_reason
 
 
@@ -88,6 +88,15 @@ TIMED_OUT = "command timed out after {} milliseconds"
     (TIMED_OUT.format(1013), [TIMED_OUT.format(1013), "exit code 2"], TIMED_OUT.format(1013)),
     (TIMED_OUT.format(1013), [TIMED_OUT.format(1013)], TIMED_OUT.format(1013)),
     ("python3.11 not found", ["python3.11 not found", "python3.12 not found"], "python3.11 not found"),  # a name
+    # The spec-kit scripts of one corpus project, on two branches: the sentence they share, not one's branch.
+    ("ERROR: Not on a feature branch. Current branch: main",
+     ["ERROR: Not on a feature branch. Current branch: main",
+      "ERROR: Not on a feature branch. Current branch: codex/troubleshoot-sign-in"], "ERROR: Not on a feature branch."),
+    # No whole sentence shared (the cygpath failures differ inside their one sentence), or too short a one.
+    ("Command failed: cygpath -u 'c:\\users\\ann'",
+     ["Command failed: cygpath -u 'c:\\users\\ann'", "Command failed: cygpath -u 'C:\\Users\\ann\\x.sh'"],
+     "Command failed: cygpath -u 'c:\\users\\ann'"),
+    ("Failed. Retry one", ["Failed. Retry one", "Failed. Retry two"], "Failed. Retry one"),
 ])
-def test_numbers_as_ranges_says_what_the_failures_share(happened: str, others: list[str], said: str) -> None:
-    assert numbers_as_ranges(happened, others) == said
+def test_what_failures_share_leaves_out_one_failures_figures(happened: str, others: list[str], said: str) -> None:
+    assert what_failures_share(happened, others) == said

@@ -322,17 +322,43 @@ def _figure(value: float) -> str:
     return f"{value:.0f}" if value >= 1 or value.is_integer() else f"{value:.1f}"
 
 
-def numbers_as_ranges(happened: str, others: Sequence[str]) -> str:
-    """``happened`` with each number of its first line that differs among ``others`` of the same shape (their first
-    lines with the numbers left out) written as the range they span: a lesson learned from several failures says
-    what they share ("timed out after 1 to 10 seconds"), not one failure's count ("after 1013 milliseconds").
-    Milliseconds of a second or more read as seconds.  Other shapes, or numbers that agree, leave it as it is."""
+def what_failures_share(happened: str, others: Sequence[str]) -> str:
+    """``happened`` told as what the failures a lesson is learned from share (``others``, their ``happened``), not
+    as one of them: the figures of one failure's message are not the lesson's.
+
+    When at least two have its first line's shape (that line with its numbers left out), each number that differs
+    among them is written as the range they span ("timed out after 1 to 10 seconds", not "after 1013
+    milliseconds"; milliseconds of a second or more read as seconds).  Else, when every one's first line begins
+    with the same whole sentences and goes on differently ("ERROR: Not on a feature branch. Current branch:
+    main" and "... Current branch: codex/fix-login"), those sentences alone.  Otherwise as it is."""
     line = first_line(happened)
     shape = _NUMBER.sub("#", line)
     alike = [[float(n) for n in _NUMBER.findall(first)] for first in map(first_line, others)
              if _NUMBER.sub("#", first) == shape]
-    if len(alike) < 2 or not alike[0]:
-        return happened
+    if len(alike) >= 2 and alike[0]:
+        return happened.replace(line, _ranges(line, alike), 1)
+    firsts = [first_line(o) for o in others]
+    if len(firsts) >= 2 and len(set(firsts)) > 1:
+        shared = _SENTENCES.match(_common_start(firsts))
+        if shared and len(shared.group(1).split()) >= 3:
+            return shared.group(1)
+    return happened
+
+
+def _common_start(texts: Sequence[str]) -> str:
+    """The characters every one of ``texts`` begins with (those of the first and the last in sorted order)."""
+    first, last = min(texts), max(texts)
+    differs = (k for k, (a, b) in enumerate(zip(first, last, strict=False)) if a != b)  # none: a prefix of last
+    return first[:next(differs, len(first))]
+
+
+# Whole sentences at the start of a text: up to the last ". ", "! " or "? " in it.
+_SENTENCES: Final = re.compile(r"(.*[.!?])\s")
+
+
+def _ranges(line: str, alike: list[list[float]]) -> str:
+    """``line`` with each of its numbers written as the range that number spans in ``alike`` (the numbers of lines
+    of its shape, in order)."""
     out: list[str] = []
     end = 0
     for found, values in zip(_NUMBER.finditer(line), zip(*alike, strict=True), strict=True):
@@ -350,7 +376,7 @@ def numbers_as_ranges(happened: str, others: Sequence[str]) -> str:
         else:
             out.append(f"{_figure(low)} to {_figure(high)}")
     out.append(line[end:])
-    return happened.replace(line, "".join(out), 1)
+    return "".join(out)
 
 
 # The sentence of each class whose situation is the program and the class alone; the subject when no

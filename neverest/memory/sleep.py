@@ -62,10 +62,10 @@ from neverest.memory.phrasing import (
     command_head,
     error_signature,
     lesson_gate,
-    numbers_as_ranges,
     objection_head,
     observation,
     shell_head,
+    what_failures_share,
 )
 from neverest.memory.queries import embeddings, episodes, lessons, predictions, sleeps
 from neverest.memory.queries.embeddings import Table
@@ -354,7 +354,7 @@ class _Consolidator:
             # The same failure met by several programs: it is about none of them (say, the shell itself).
             best = best._replace(title="Several programs", agent_did="", worked="")
         if kind == "error" and len(rows) > 1:  # what its failures share, not one failure's figures
-            best = best._replace(happened=numbers_as_ranges(best.happened, [r.happened for r in rows]))
+            best = best._replace(happened=what_failures_share(best.happened, [r.happened for r in rows]))
         text = observation(kind, title=best.title, said=best.said, expected=best.expected, happened=best.happened,
                            text=best.text, agent_did=best.agent_did, worked=best.worked, reaction=best.reaction)
         if self.writer is not None and text is not None:
