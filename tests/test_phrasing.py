@@ -83,6 +83,7 @@ TIMED_OUT = "command timed out after {} milliseconds"
     (TIMED_OUT.format(1013), [TIMED_OUT.format(n) for n in (1013, 1005)], "command timed out after about 1 second"),
     ("3 tests failed\nsee the log", ["3 tests failed\nsee the log", "5 tests failed\nother lines"],
      "3 to 5 tests failed\nsee the log"),
+    ("took 0.5 s", ["took 0.5 s", "took 1.5 s"], "took 0.5 to 1.5 s"),  # as written, not rounded
     # Numbers that agree, lines of another shape, one failure alone: as it is.
     (TIMED_OUT.format(1013), [TIMED_OUT.format(1013), TIMED_OUT.format(1013)], TIMED_OUT.format(1013)),
     (TIMED_OUT.format(1013), [TIMED_OUT.format(1013), "exit code 2"], TIMED_OUT.format(1013)),

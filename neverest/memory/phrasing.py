@@ -318,8 +318,14 @@ _NUMBER: Final = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 _MILLISECONDS: Final = re.compile(r"\s*(?:milliseconds?|ms)\b")
 
 
-def _figure(value: float) -> str:
-    return f"{value:.0f}" if value >= 1 or value.is_integer() else f"{value:.1f}"
+def _seconds(value: float) -> str:
+    """Seconds as a person says them: whole from one up, else to a tenth."""
+    return f"{value:.0f}" if value >= 1 else f"{value:.1f}"
+
+
+def _number(value: float) -> str:
+    """A number as the message wrote it (``float`` of its digits): 1013, 2.5."""
+    return str(int(value)) if value.is_integer() else str(value)
 
 
 def what_failures_share(happened: str, others: Sequence[str]) -> str:
@@ -370,11 +376,11 @@ def _ranges(line: str, alike: list[list[float]]) -> str:
             out.append(found.group())
         elif unit is not None and low >= 1000:
             end = unit.end()
-            low_s, high_s = _figure(low / 1000), _figure(high / 1000)
+            low_s, high_s = _seconds(low / 1000), _seconds(high / 1000)
             out.append(f"{low_s} to {high_s} seconds" if low_s != high_s else
                        f"about {low_s} second{'' if low_s == '1' else 's'}")
         else:
-            out.append(f"{_figure(low)} to {_figure(high)}")
+            out.append(f"{_number(low)} to {_number(high)}")
     out.append(line[end:])
     return "".join(out)
 
