@@ -60,8 +60,11 @@ POWERSHELL = "ran shell: powershell.exe -NoProfile -Command 'rg \"specify\"'"
     ("dont run", POWERSHELL, "interrupted", "powershell.exe"),  # words that make no lesson of their own
     ("stop trying to run powershell stuff", POWERSHELL, "rejected", "powershell.exe"),  # words naming it
     ("don't push to main", "ran Bash: git push --force", "rejected", "git push"),  # naming its sub-command
-    # Words that say something of their own, not naming the command: a lesson apart.
+    # Words that say something of their own: what to do instead, or a fact; a lesson apart.
     ("the build folder is shared with the release job", "ran Bash: rm -rf build", "rejected", ""),
+    ("use pnpm instead of npm", "ran Bash: npm install", "rejected", ""),
+    ("run powershell as admin", POWERSHELL, "interrupted", ""),
+    ("don't use npm here, use pnpm", "ran Bash: npm install", "rejected", ""),
     # Too many words to be about the call, a reaction that is no objection, a call that ran no command.
     ("can you not read the file without powershell ? what is the powershell command for ?", POWERSHELL,
      "interrupted", ""),

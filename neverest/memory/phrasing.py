@@ -149,18 +149,19 @@ def _objected_head(said: str, agent_did: str, reaction: str) -> str:
 
 def objection_head(said: str, agent_did: str, reaction: str) -> str:
     """The command a correction objects to ("powershell.exe", "git push"): the head of the call the person
-    refused, stopped or objected to, when that objection is what the correction says: no words, or few that
-    name the command or make no lesson of their own; '' otherwise.  Corrections that object to one command
-    are one lesson however they were said (sleep.py): refusing a call of powershell.exe nine times, stopping
-    one with "dont run" and writing "stop trying to run powershell stuff" is one thing the person wants, not
-    three.  Words that say something else ("the build folder is shared" when ``rm -rf build`` was refused)
-    keep their lesson apart."""
+    refused, stopped or objected to, when that objection is all the correction says: no words, a few that
+    make no lesson of their own ("dont run"), or a few that say not to and name the command ("stop trying to
+    run powershell stuff"); '' otherwise.  Corrections that object to one command are one lesson however
+    they were said (sleep.py): refusing powershell.exe nine times, stopping it once with "dont run" and once
+    with "stop trying to run powershell stuff" is one thing the person wants, not three.  Words that say
+    something else keep their lesson apart: what to do instead ("use pnpm instead of npm", "run powershell as
+    admin"), or a fact ("the build folder is shared" when ``rm -rf build`` was refused)."""
     said = _said(said)
     head = _objected_head(said, agent_did, reaction)
     if not head or not said:
         return head
     named = {word.lower().removesuffix(".exe") for word in head.split()}
-    if named & {word.lower() for word in _WORDS.findall(said)}:
+    if _DONT.match(said) and not _DONT_THEN_DO.match(said) and named & {w.lower() for w in _WORDS.findall(said)}:
         return head
     objection = _OBJECTIONS[reaction].format(head=head)
     return head if all(form == objection for form in _correction_forms(said, agent_did, reaction)) else ""
