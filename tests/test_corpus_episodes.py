@@ -91,8 +91,8 @@ def test_every_lesson_learned_passes_the_gates(learned: Learned) -> None:
 
 
 def test_the_corrections_refusing_powershell_are_one_lesson(learned: Learned) -> None:
-    # One Codex session: powershell.exe refused eight times without a word, stopped with "dont run", refused with
-    # "stop trying to run powershell stuff".  One thing the person wants: one lesson, not three.
+    # One Codex session: powershell.exe refused nine times (eight without a word), stopped with "dont run", refused
+    # with "stop trying to run powershell stuff".  One thing the person wants: one lesson, not three.
     episodes, _, kinds_texts = learned
     corrections = [text for kind, text in kinds_texts if kind == "correction" and "powershell" in text.lower()]
     assert corrections == ["The person refused to let the agent run powershell.exe"]

@@ -152,8 +152,8 @@ def objection_head(said: str, agent_did: str, reaction: str) -> str:
     refused, stopped or objected to, when that objection is all the correction says: no words, a few that
     make no lesson of their own ("dont run"), or a few that say not to and name the command ("stop trying to
     run powershell stuff"); '' otherwise.  Corrections that object to one command are one lesson however
-    they were said (sleep.py): refusing powershell.exe nine times, stopping it once with "dont run" and once
-    with "stop trying to run powershell stuff" is one thing the person wants, not three.  Words that say
+    they were said (sleep.py): refusing powershell.exe nine times, once more with "stop trying to run
+    powershell stuff", and stopping it with "dont run" is one thing the person wants, not three lessons.  Words that say
     something else keep their lesson apart: what to do instead ("use pnpm instead of npm", "run powershell as
     admin"), or a fact ("the build folder is shared" when ``rm -rf build`` was refused)."""
     said = _said(said)
