@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from neverest.memory import error_class, shellwords
+from neverest.memory.hashed import words
 from neverest.memory.scrub import meaningful, scrub
 from neverest.safety import imperative_reason
 
@@ -127,7 +128,6 @@ _OBJECTIONS: Final = {"rejected": "The person refused to let the agent run {head
                       "corrected": "The person objected when the agent ran {head}"}
 
 
-_WORDS: Final = re.compile(r"[\w.+-]+")
 # A correction's words, this many at most, can be about the call it answered (an objection to it): more are about
 # something else the person had on their mind.
 _OBJECTION_WORDS: Final = 12
@@ -160,16 +160,20 @@ def objection_head(said: str, agent_did: str, reaction: str) -> str:
     head = _objected_head(said, agent_did, reaction)
     if not head or not said:
         return head
-    named = {word.lower().removesuffix(".exe") for word in head.split()}
-    if _DONT.match(said) and not _DONT_THEN_DO.match(said) and named & {w.lower() for w in _WORDS.findall(said)}:
+    named = {word.removesuffix(".exe") for word in head.lower().split()}
+    if _DONT.match(said) and not _DONT_THEN_DO.match(said) and named.intersection(words(said)):
         return head
     objection = _OBJECTIONS[reaction].format(head=head)
-    return head if all(form == objection for form in _correction_forms(said, agent_did, reaction)) else ""
+    return head if all(form == objection for form in _forms_of(said, agent_did, reaction)) else ""
 
 
 def _correction_forms(said: str, agent_did: str, reaction: str) -> list[str]:
     """A correction is the person's words; the lesson reports what they wanted, as a fact."""
-    said = _said(said)
+    return _forms_of(_said(said), agent_did, reaction)
+
+
+def _forms_of(said: str, agent_did: str, reaction: str) -> list[str]:
+    """``_correction_forms`` of words already read by ``_said``."""
     forms: list[str] = []
     if reaction == "told to act":
         forms.append("The person wanted the agent to act rather than ask first")

@@ -254,10 +254,10 @@ class _Consolidator:
         for key, title, happened in episodes.error_fields(db):
             self.signatures[key] = error_signature(title, happened)
         # The oldest correction lesson objecting to each command takes the next objections to it.
-        for lesson_id, said, agent_did, reaction in episodes.correction_fields(db):
-            head = objection_head(said, agent_did, reaction)
-            if head and head not in self.objections and lesson_id in self.lesson_info:
-                self.objections[head] = lesson_id
+        for lesson_id, heads in sorted(objected_commands(db).items()):
+            for head in heads:
+                if head not in self.objections and lesson_id in self.lesson_info:
+                    self.objections[head] = lesson_id
 
     def _commit(self, then: Callable[[sqlite3.Connection], int] | None = None) -> int | None:
         """Commit the queued writes (and ``then``, in the same transaction); ``then``'s answer."""
@@ -412,6 +412,16 @@ class _Consolidator:
         return lesson_id
 
 
+def objected_commands(db: sqlite3.Connection) -> dict[int, set[str]]:
+    """Correction lesson id -> the commands its sources object to (``phrasing.objection_head``), for those that
+    object to any."""
+    out: dict[int, set[str]] = {}
+    for lesson_id, said, agent_did, reaction in episodes.correction_fields(db):
+        if head := objection_head(said, agent_did, reaction):
+            out.setdefault(lesson_id, set()).add(head)
+    return out
+
+
 # -- 4. merge -------------------------------------------------------------------------
 
 
@@ -431,10 +441,7 @@ def merge_pass(store: Store, space: str, changed: set[int], now: datetime, repor
             # Two correction lessons objecting to one command are one (phrasing.objection_head), whatever their
             # cosine: a store made before the consolidation joined them holds both.
             if objected is None:
-                objected = {}
-                for key, said, agent_did, reaction in episodes.correction_fields(store.db):
-                    if head := objection_head(said, agent_did, reaction):
-                        objected.setdefault(key, set()).add(head)
+                objected = objected_commands(store.db)
             commands = objected.get(lesson_id, set())
             same = [other for other, _ in others if commands & objected.get(other, set())]
             if same:
